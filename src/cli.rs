@@ -1,0 +1,317 @@
+//! The command line, defined with clap and turned into the plain option
+//! structs the rest of lockrun takes. Nothing past this module knows clap.
+
+use crate::exit_codes::{self, Failure};
+use crate::fd_mode::FdOptions;
+use crate::lock::LockMode;
+use crate::run::RunOptions;
+use crate::wait::WaitPolicy;
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const USAGE: &str = "\
+lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
+       lockrun [OPTIONS] LOCKFILE -c SHELL_COMMAND
+       lockrun [OPTIONS] FD
+       lockrun holder [--json] LOCKFILE...
+       lockrun check [--json] [-q] [--probe] LOCKFILE";
+
+const EXAMPLES: &str = "\
+Examples:
+  lockrun -w 10s /var/lock/backup.lock -- backup.sh --full
+  */5 * * * * lockrun -n -q /var/lock/sync.lock sync.sh      (crontab)
+  lockrun holder /var/lock/backup.lock
+
+Exit status: the command's; 75 lock busy or timed out (-E to change);
+64 usage; 66 cannot open/create; 71 OS error; 77 unsafe lock file;
+126/127 command not executable/not found; 128+N signal N while waiting.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockrun",
+    version,
+    about = "Run a command while holding a file lock, and tell who holds it",
+    long_about = "Run a command while holding a kernel (flock) lock on a file, and record in \
+                  the lock file who holds it. The lock is released by the kernel when the \
+                  command ends, however it ends. Works with flock(1) on the same file.",
+    override_usage = USAGE,
+    after_help = EXAMPLES,
+    args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true,
+    max_term_width = 80
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub inspect: Option<Inspect>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Exclusive lock (the default)
+    #[arg(short = 'x', long, short_alias = 'e', help_heading = "Lock")]
+    exclusive: bool,
+
+    /// Shared lock: many holders at once, no exclusive holder
+    #[arg(short, long, conflicts_with = "exclusive", help_heading = "Lock")]
+    shared: bool,
+
+    /// Fail at once if the lock is held
+    #[arg(short = 'n', long = "nonblock", aliases = ["nb", "nonblocking"], help_heading = "Waiting")]
+    nonblock: bool,
+
+    /// Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]
+    #[arg(short = 'w', long = "timeout", visible_alias = "wait", value_name = "DURATION",
+          value_parser = parse_duration, help_heading = "Waiting")]
+    timeout: Option<Duration>,
+
+    /// Retry every INTERVAL instead of a blocking kernel wait
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_duration, help_heading = "Waiting")]
+    poll: Option<Duration>,
+
+    /// Exit status when the lock is not acquired
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit_codes::CONFLICT,
+          help_heading = "Waiting")]
+    conflict_exit_code: u8,
+
+    /// Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        help_heading = "Command"
+    )]
+    shell_command: Option<OsString>,
+
+    /// Do not let the command inherit the lock (it lives only as long as lockrun)
+    #[arg(
+        short = 'o',
+        long = "close",
+        conflicts_with = "no_fork",
+        help_heading = "Command"
+    )]
+    close: bool,
+
+    /// Exec the command in place of lockrun; it keeps the lock descriptor
+    #[arg(short = 'F', long = "no-fork", help_heading = "Command")]
+    no_fork: bool,
+
+    /// Do not write the holder record into the lock file
+    #[arg(long, help_heading = "Command")]
+    no_record: bool,
+
+    /// FD form only: release the lock on FD
+    #[arg(short = 'u', long, help_heading = "Lock")]
+    unlock: bool,
+
+    /// Print nothing when the lock is busy or the wait times out
+    #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
+    quiet: bool,
+
+    /// Say who holds the lock while waiting, and how long acquiring took
+    #[arg(short, long, help_heading = "Output")]
+    verbose: bool,
+
+    /// Lock file (created if missing, never deleted), a directory, or an open FD number
+    #[arg(value_name = "LOCKFILE", value_parser = clap::value_parser!(OsString))]
+    target: Option<OsString>,
+
+    /// The command and its arguments; everything from here on is the command's
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(OsString))]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Inspect {
+    /// Who holds each lock now, or held it last (never takes the lock)
+    #[command(
+        override_usage = "lockrun holder [--json] LOCKFILE...",
+        after_help = "Held or free comes from the kernel's lock table; the holder record adds who \
+                      and since when.\nExit status: 0 reported every path; 66 a path exists but \
+                      cannot be read.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
+    )]
+    Holder {
+        /// One JSON object per path, one per line
+        #[arg(long)]
+        json: bool,
+        #[arg(value_name = "LOCKFILE", required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Is the lock held right now? (never takes the lock unless --probe)
+    #[command(
+        override_usage = "lockrun check [--json] [-q] [--probe] LOCKFILE",
+        after_help = "Exit status: 0 held; 1 not held (or no lock file); 69 cannot tell without \
+                      taking the lock (network file system, holder in another PID namespace).\n\n\
+                      Example:\n  lockrun check -q /var/lock/backup.lock && echo \"backup running\""
+    )]
+    Check {
+        /// Print the same JSON object as `holder --json`
+        #[arg(long)]
+        json: bool,
+        /// Print nothing; answer with the exit status only
+        #[arg(short, long)]
+        quiet: bool,
+        /// Where the kernel cannot tell, try the lock without waiting and release it at once (this
+        /// touches the lock: a concurrent `lockrun -n` may fail while it is held)
+        #[arg(long)]
+        probe: bool,
+        #[arg(value_name = "LOCKFILE")]
+        path: PathBuf,
+    },
+}
+
+/// What the user asked for, without clap.
+pub enum Invocation {
+    Run(RunOptions),
+    Fd(FdOptions),
+    Holder {
+        json: bool,
+        paths: Vec<PathBuf>,
+    },
+    Check {
+        json: bool,
+        quiet: bool,
+        probe: bool,
+        path: PathBuf,
+    },
+    /// --help or --version: already printed.
+    Done,
+}
+
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Durations as humantime writes them (`1m30s`, `250ms`), or bare seconds
+/// with an optional fraction as flock(1) takes them (`10`, `0.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        let secs: f64 = text
+            .parse()
+            .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+        return Duration::try_from_secs_f64(secs).map_err(|e| format!("'{text}': {e}"));
+    }
+    humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 10, 0.5, 250ms, 1m30s)"))
+}
+
+pub fn parse<I, T>(args: I) -> Result<Invocation, Failure>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return Ok(Invocation::Done);
+        }
+        Err(e) => return Err(usage_failure(e)),
+    };
+    match cli.inspect {
+        Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder { json, paths }),
+        Some(Inspect::Check {
+            json,
+            quiet,
+            probe,
+            path,
+        }) => Ok(Invocation::Check {
+            json,
+            quiet,
+            probe,
+            path,
+        }),
+        None => run_invocation(cli.run),
+    }
+}
+
+fn run_invocation(args: RunArgs) -> Result<Invocation, Failure> {
+    let usage = |message: &str| {
+        usage_failure(Cli::command().error(ErrorKind::MissingRequiredArgument, message))
+    };
+    let Some(target) = args.target else {
+        return Err(usage(
+            "a lock file is required: lockrun LOCKFILE COMMAND...",
+        ));
+    };
+    let mode = if args.shared {
+        LockMode::Shared
+    } else {
+        LockMode::Exclusive
+    };
+    let wait = WaitPolicy {
+        nonblocking: args.nonblock,
+        timeout: args.timeout,
+        poll: args.poll,
+    };
+
+    // A lone number is a descriptor, as in flock(1); a number followed by a
+    // command is a file name.
+    let fd = target.to_str().and_then(|t| t.parse::<i32>().ok());
+    if let (Some(fd), true, None) = (fd, args.command.is_empty(), &args.shell_command) {
+        if args.no_fork || args.close || args.no_record {
+            return Err(usage(
+                "-F, -o and --no-record need a LOCKFILE and a COMMAND",
+            ));
+        }
+        return Ok(Invocation::Fd(FdOptions {
+            fd,
+            mode,
+            wait,
+            unlock: args.unlock,
+            conflict_status: args.conflict_exit_code,
+            quiet: args.quiet,
+            verbose: args.verbose,
+        }));
+    }
+    if args.unlock {
+        return Err(usage(
+            "-u/--unlock works only on a descriptor: lockrun -u FD",
+        ));
+    }
+    let command = match (args.shell_command, args.command.is_empty()) {
+        (Some(script), true) => {
+            let shell = std::env::var_os("SHELL")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| OsString::from("/bin/sh"));
+            vec![shell, OsString::from("-c"), script]
+        }
+        (Some(_), false) => {
+            return Err(usage(
+                "-c takes exactly one argument, the shell command; quote it as one",
+            ));
+        }
+        (None, false) => args.command,
+        (None, true) => {
+            return Err(usage(
+                "a command to run is required: lockrun LOCKFILE COMMAND... (or -c SHELL_COMMAND)",
+            ));
+        }
+    };
+    Ok(Invocation::Run(RunOptions {
+        path: PathBuf::from(target),
+        mode,
+        wait,
+        conflict_status: args.conflict_exit_code,
+        close_before_exec: args.close,
+        exec_in_place: args.no_fork,
+        command,
+        quiet: args.quiet,
+        verbose: args.verbose,
+        write_record: !args.no_record,
+    }))
+}
+
+/// clap's message with our prefix: every line lockrun prints to stderr
+/// starts with `lockrun: `, so logs can be grepped for it.
+fn usage_failure(error: clap::Error) -> Failure {
+    let text = error.render().to_string();
+    let text = text.trim_end();
+    let text = text.strip_prefix("error: ").unwrap_or(text);
+    Failure::new(exit_codes::USAGE, text.to_owned())
+}

@@ -1,0 +1,108 @@
+//! Process identity and liveness.
+//!
+//! A pid alone does not name a process: pids are reused, and a record that
+//! says "pid 4242" may meet an unrelated process with that pid after a
+//! crash. A (boot id, pid, start time) triple does, on one host. Even so,
+//! the answer is only ever diagnostic: whether the lock is held is the
+//! kernel's to say.
+
+use crate::platform;
+use crate::record::Record;
+use std::fs;
+
+/// Who we are, for the record. Everything here is cheap: no NSS look-up
+/// (which can mean LDAP round trips), just uname, /etc/passwd and /proc.
+pub struct Me {
+    pub host: Option<String>,
+    pub user: Option<String>,
+    pub uid: u32,
+    pub boot_id: Option<String>,
+    pub pid_ns: Option<u64>,
+}
+
+impl Me {
+    pub fn gather() -> Me {
+        let uid = rustix::process::getuid().as_raw();
+        Me {
+            host: host_name(),
+            user: user_name(uid),
+            uid,
+            boot_id: platform::boot_id(),
+            pid_ns: platform::pid_namespace(),
+        }
+    }
+}
+
+pub fn host_name() -> Option<String> {
+    let uts = rustix::system::uname();
+    Some(uts.nodename().to_string_lossy().into_owned())
+}
+
+/// The login name for `uid`, from /etc/passwd, else `$USER` or `$LOGNAME`
+/// when nothing contradicts it.
+fn user_name(uid: u32) -> Option<String> {
+    if let Ok(passwd) = fs::read_to_string("/etc/passwd") {
+        for line in passwd.lines() {
+            let mut fields = line.split(':');
+            let (Some(name), _, Some(id)) = (fields.next(), fields.next(), fields.next()) else {
+                continue;
+            };
+            if id.parse::<u32>().ok() == Some(uid) {
+                return Some(name.to_owned());
+            }
+        }
+    }
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+}
+
+/// Whether the process a record names is still that process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    Dead,
+    /// Another host, or a PID namespace whose pids we cannot look up.
+    CannotTell,
+}
+
+impl Liveness {
+    pub fn as_option(self) -> Option<bool> {
+        match self {
+            Liveness::Alive => Some(true),
+            Liveness::Dead => Some(false),
+            Liveness::CannotTell => None,
+        }
+    }
+}
+
+pub fn record_holder(record: &Record) -> Liveness {
+    let Some(pid) = record.pid.and_then(|p| i32::try_from(p).ok()) else {
+        return Liveness::CannotTell;
+    };
+    if let Some(host) = &record.host
+        && Some(host) != host_name().as_ref()
+    {
+        return Liveness::CannotTell;
+    }
+    if let (Some(theirs), Some(ours)) = (&record.boot_id, platform::boot_id())
+        && *theirs != ours
+    {
+        // Written before the last reboot: nobody from then is alive.
+        return Liveness::Dead;
+    }
+    if let (Some(theirs), Some(ours)) = (record.pid_ns, platform::pid_namespace())
+        && theirs != ours
+    {
+        return Liveness::CannotTell;
+    }
+    match (platform::process_start_time(pid), record.pid_start) {
+        (Some(now), Some(then)) if now == then => Liveness::Alive,
+        (Some(_), Some(_)) => Liveness::Dead, // the pid was reused
+        (Some(_), None) => Liveness::Alive,   // cannot rule out reuse; best guess
+        (None, _) => match platform::process_exists(pid) {
+            Some(false) => Liveness::Dead,
+            _ => Liveness::CannotTell,
+        },
+    }
+}

@@ -1,0 +1,239 @@
+//! The lock itself: a flock(2) lock on an open file.
+//!
+//! Why flock and not fcntl (POSIX) locks: a POSIX lock belongs to a
+//! *process* and is dropped when that process closes *any* descriptor on the
+//! file, and it is not inherited across fork. A flock lock belongs to the
+//! open file description, so the command we start inherits it, and the
+//! kernel releases it when the last descriptor closes, which is when the
+//! last holder dies, for whatever reason. That is the whole point of lockrun:
+//! no stale lock after a crash, no "is that pid still alive?" race.
+//!
+//! Why the file is never deleted: the lock lives on the inode. If a releasing
+//! process unlinked the file, a waiter still blocked on the old inode would
+//! get the lock while a newcomer creates and locks a new file at the same
+//! path: two holders at once. An empty file left in /var/lock costs nothing.
+
+use crate::exit_codes::{self, Failure};
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
+use std::fs::{File, TryLockError};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    Exclusive,
+    Shared,
+}
+
+impl LockMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Exclusive => "exclusive",
+            LockMode::Shared => "shared",
+        }
+    }
+}
+
+/// An open lock file (or directory), not yet locked.
+#[derive(Debug)]
+pub struct LockFile {
+    file: File,
+    path: PathBuf,
+    pub is_dir: bool,
+    /// Opened read-only (no permission to write, read-only file system):
+    /// flock works on a read-only descriptor, so the lock is still real,
+    /// but there can be no record.
+    pub read_only: bool,
+    pub hard_links: u64,
+    pub size: u64,
+}
+
+impl LockFile {
+    /// Opens or creates the lock file without ever following a symbolic
+    /// link in the final component, blocking on a FIFO, or becoming a
+    /// device's user. A link in /tmp pointing at /etc/passwd must not get
+    /// root's cron job to create, truncate or write the target.
+    ///
+    /// `inherit` leaves the descriptor open across exec, so that the command
+    /// holds the lock too (and keeps it if lockrun is killed).
+    pub fn open(path: &Path, inherit: bool) -> Result<LockFile, Failure> {
+        let cloexec = if inherit {
+            OFlags::empty()
+        } else {
+            OFlags::CLOEXEC
+        };
+        // NONBLOCK: opening a FIFO or a device must not hang; NOCTTY: a tty
+        // named as lock file must not become our controlling terminal.
+        let safe = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | cloexec;
+        let mode = Mode::from_raw_mode(0o644);
+        let mut read_only = false;
+        let fd = match rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | safe, mode) {
+            Ok(fd) => fd,
+            Err(Errno::ISDIR) => {
+                rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | safe, mode)
+                    .map_err(|e| open_failure(path, e))?
+            }
+            Err(e @ (Errno::ACCESS | Errno::ROFS | Errno::PERM | Errno::TXTBSY)) => {
+                // No right to write: lock read-only, as flock(1) does. If the
+                // file does not exist either, the first error is the one to
+                // report ("cannot create: permission denied").
+                read_only = true;
+                rustix::fs::open(path, OFlags::RDONLY | safe, mode).map_err(|second| {
+                    open_failure(path, if second == Errno::NOENT { e } else { second })
+                })?
+            }
+            Err(e) => return Err(open_failure(path, e)),
+        };
+        let file = File::from(fd);
+        // Check what we opened through the descriptor, never through the
+        // path: the path can be swapped between a stat and an open.
+        let meta = file
+            .metadata()
+            .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot examine lock file", path, &e))?;
+        let file_type = FileType::from_raw_mode(meta.mode());
+        let is_dir = match file_type {
+            FileType::RegularFile => false,
+            FileType::Directory => true,
+            other => return Err(refuse_special(path, other)),
+        };
+        Ok(LockFile {
+            file,
+            path: path.to_owned(),
+            is_dir,
+            read_only: read_only || is_dir,
+            hard_links: meta.nlink(),
+            size: meta.len(),
+        })
+    }
+
+    /// Wraps a descriptor inherited from the caller (flock(1)'s fd form).
+    pub fn from_inherited(file: File, label: PathBuf) -> LockFile {
+        LockFile {
+            file,
+            path: label,
+            is_dir: false,
+            read_only: true,
+            hard_links: 1,
+            size: 0,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// One non-blocking attempt. `Ok(false)`: someone else holds it.
+    pub fn try_lock(&self, mode: LockMode) -> io::Result<bool> {
+        let attempt = match mode {
+            LockMode::Exclusive => self.file.try_lock(),
+            LockMode::Shared => self.file.try_lock_shared(),
+        };
+        match attempt {
+            Ok(()) => Ok(true),
+            Err(TryLockError::WouldBlock) => Ok(false),
+            Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    /// Starts a blocking kernel wait on a helper thread and reports on
+    /// `done`. The kernel hands the lock over the moment it is released, so
+    /// a waiter never sleeps past a release as a polling loop would; the
+    /// caller keeps its own thread free to enforce a deadline and react to
+    /// signals. The helper locks a duplicate descriptor: flock locks belong
+    /// to the open file description, which the duplicate shares.
+    pub fn lock_in_background<T: Send + 'static>(
+        &self,
+        mode: LockMode,
+        done: Sender<T>,
+        wrap: fn(io::Result<()>) -> T,
+    ) -> io::Result<()> {
+        let dup = self.file.try_clone()?;
+        std::thread::Builder::new()
+            .name("lock-wait".into())
+            .spawn(move || {
+                let result = match mode {
+                    LockMode::Exclusive => dup.lock(),
+                    LockMode::Shared => dup.lock_shared(),
+                };
+                let _ = done.send(wrap(result));
+            })?;
+        Ok(())
+    }
+
+    /// Lets go of the lock now rather than at exit (fd mode's `-u`).
+    pub fn unlock(&self) -> io::Result<()> {
+        self.file.unlock()
+    }
+}
+
+fn open_failure(path: &Path, errno: Errno) -> Failure {
+    let err = io::Error::from(errno);
+    match errno {
+        Errno::LOOP => {
+            // O_NOFOLLOW reports a link in the final component as ELOOP.
+            if let Ok(target) = std::fs::read_link(path) {
+                return Failure::new(
+                    exit_codes::NO_PERMISSION,
+                    format!(
+                        "refusing to use {} as lock file: it is a symbolic link to {} \
+                         (lockrun never follows a link in the last component; name the target itself)",
+                        path.display(),
+                        target.display()
+                    ),
+                );
+            }
+            Failure::io(exit_codes::NO_INPUT, "cannot open lock file", path, &err)
+        }
+        Errno::NXIO => {
+            // A socket (or a FIFO/device nobody serves) cannot be opened.
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) => refuse_special(path, FileType::from_raw_mode(meta.mode())),
+                Err(_) => Failure::io(exit_codes::NO_INPUT, "cannot open lock file", path, &err),
+            }
+        }
+        Errno::NOENT => {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            Failure::new(
+                exit_codes::NO_INPUT,
+                format!(
+                    "cannot create lock file {}: {err} (the directory {} must exist)",
+                    path.display(),
+                    parent.display()
+                ),
+            )
+        }
+        _ => Failure::io(
+            exit_codes::NO_INPUT,
+            "cannot open or create lock file",
+            path,
+            &err,
+        ),
+    }
+}
+
+fn refuse_special(path: &Path, file_type: FileType) -> Failure {
+    let what = match file_type {
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        _ => "not a regular file",
+    };
+    Failure::new(
+        exit_codes::NO_PERMISSION,
+        format!(
+            "refusing to use {} as lock file: it is {what}; lockrun locks only regular files and directories",
+            path.display()
+        ),
+    )
+}

@@ -1,0 +1,55 @@
+//! Everything that depends on the operating system, in one place.
+//!
+//! lockrun's locking itself is portable (std's `File::lock` family is
+//! flock(2) on Linux and the BSDs). What is not portable is *looking* at
+//! locks and processes: the kernel's lock table, a process's start time, the
+//! boot id. Linux exposes them in /proc; elsewhere these functions answer
+//! "don't know", and `holder`/`check` then say "unknown" rather than guess.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::*;
+
+#[cfg(not(target_os = "linux"))]
+mod other;
+#[cfg(not(target_os = "linux"))]
+pub use other::*;
+
+use crate::lock::LockMode;
+
+/// One flock(2) lock as the kernel lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelLock {
+    /// The process that *called* flock. It may have exited since: the lock
+    /// belongs to the open file description, which children inherit.
+    /// 0 when the kernel hides it (a holder outside our PID namespace).
+    pub pid: i32,
+    pub mode: LockMode,
+    /// A process blocked waiting for the lock, not holding it.
+    pub waiting: bool,
+}
+
+/// A process that holds the lock through one of its descriptors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdHolder {
+    pub pid: i32,
+    pub mode: LockMode,
+}
+
+/// File systems whose locks are arbitrated by a server: a holder on another
+/// machine never appears in this kernel's table.
+pub fn network_fs_name(magic: i64) -> Option<&'static str> {
+    Some(match magic {
+        0x6969 => "NFS",
+        0x517B => "SMB",
+        0xFF53_4D42 => "CIFS",
+        0xFE53_4D42 => "SMB2",
+        0x00C3_6400 => "Ceph",
+        0x5346_414F => "AFS",
+        0x0BD0_0BD0 => "Lustre",
+        0x0116_1970 => "GFS2",
+        0x7461_636F => "OCFS2",
+        _ => return None,
+    })
+}

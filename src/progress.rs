@@ -1,0 +1,94 @@
+//! What a person sees while lockrun waits: with `-v` a line saying who holds
+//! the lock, and on a terminal a live status line (after a second, so quick
+//! waits stay silent) that disappears once the lock is taken. Never a live
+//! line when stderr is a file or a pipe: cron mail and logs get no `\r`.
+
+use crate::display;
+use crate::identity::{self, Liveness};
+use crate::lock::LockFile;
+use crate::record::{self, Record};
+use crate::wait::WaitObserver;
+use std::io::Write;
+use std::time::Duration;
+
+pub struct Progress<'a> {
+    lock: &'a LockFile,
+    label: String,
+    verbose: bool,
+    live: bool,
+    timeout: Option<Duration>,
+    announced: bool,
+    line_shown: bool,
+}
+
+impl<'a> Progress<'a> {
+    pub fn new(
+        lock: &'a LockFile,
+        label: String,
+        verbose: bool,
+        quiet: bool,
+        timeout: Option<Duration>,
+    ) -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            lock,
+            label,
+            verbose,
+            live: !quiet && std::io::stderr().is_terminal(),
+            timeout,
+            announced: false,
+            line_shown: false,
+        }
+    }
+}
+
+impl WaitObserver for Progress<'_> {
+    fn waiting(&mut self, waited: Duration) {
+        if self.verbose && !self.announced {
+            self.announced = true;
+            let held = held_by(self.lock)
+                .map(|h| format!("held by {h}"))
+                .unwrap_or_else(|| "held by a process that left no holder record".to_owned());
+            eprintln!("lockrun: waiting for {}, {held}", self.label);
+        }
+        if self.live && waited >= Duration::from_secs(1) {
+            let holder = held_by(self.lock).unwrap_or_else(|| "another process".to_owned());
+            let limit = self
+                .timeout
+                .map(|t| format!(" / {}", display::span(t)))
+                .unwrap_or_default();
+            let mut line = format!(
+                "lockrun: waiting for {} (held by {holder}): {}{limit}",
+                self.label,
+                display::span(waited)
+            );
+            if line.chars().count() > 200 {
+                line = line.chars().take(200).collect();
+            }
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K{line}");
+            let _ = err.flush();
+            self.line_shown = true;
+        }
+    }
+
+    fn done(&mut self) {
+        if self.line_shown {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+        }
+    }
+}
+
+/// Who holds the lock according to its record, if the record names a live
+/// holder. Reads only the record and /proc/PID/stat, never the kernel's lock
+/// table: that is `holder`'s job, not the run path's.
+pub fn held_by(lock: &LockFile) -> Option<String> {
+    let content = record::read_content(lock.file()).ok()?;
+    let record = Record::parse(&content)?;
+    if record.is_released() || identity::record_holder(&record) == Liveness::Dead {
+        return None;
+    }
+    Some(display::holder_summary(&record))
+}

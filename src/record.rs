@@ -1,0 +1,337 @@
+//! The holder record: one line of JSON in the lock file saying who holds
+//! (or last held) the lock.
+//!
+//! The record is diagnostic only. The kernel, not the record, decides who
+//! holds the lock: a record can be stale (its writer was killed), and a lock
+//! can be held by a program that writes no record (flock(1)). Readers
+//! therefore treat anything they cannot parse as "no record", never as an
+//! error that hides the lock state, and writers never touch a file that
+//! holds anything but a record of ours.
+
+use crate::lock::LockFile;
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::os::unix::fs::FileExt;
+
+pub const FORMAT: u32 = 1;
+
+/// More than this is not a record of ours, and a reader never trusts more:
+/// a hostile lock file must not make `holder` read gigabytes.
+pub const MAX_RECORD_BYTES: u64 = 64 * 1024;
+
+/// Caps on what a record keeps of the command line, so that a huge argv
+/// cannot push the record past what readers accept.
+const MAX_ARG_CHARS: usize = 1024;
+const MAX_COMMAND_CHARS: usize = 16 * 1024;
+
+/// Field order matters: `lockrun`, `pid` and `pid_start` come first so the
+/// forked child can splice its own pid and start time into a record the
+/// parent prepared (see [`ChildRecord`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub lockrun: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lockrun_pid: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The PID namespace `pid` is counted in: a pid from another namespace
+    /// cannot be checked against our /proc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
+}
+
+/// How the command ended: `{"code":0}` or `{"signal":9}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
+impl Record {
+    /// Parses lock file content. `None` for anything that is not a record of
+    /// ours: a script that locks itself, another tool's pid file, garbage.
+    pub fn parse(bytes: &[u8]) -> Option<Record> {
+        if bytes.len() as u64 > MAX_RECORD_BYTES {
+            return None;
+        }
+        let record: Record = serde_json::from_slice(bytes.trim_ascii()).ok()?;
+        (record.lockrun >= 1).then_some(record)
+    }
+
+    pub fn is_released(&self) -> bool {
+        self.released_at.is_some()
+    }
+
+    pub fn to_line(&self) -> Vec<u8> {
+        // Serializing plain data with string keys cannot fail.
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+}
+
+/// Keeps the record small whatever the argv: each argument and the whole
+/// command are cut, with a marker, past fixed sizes.
+pub fn recordable_command(argv: &[std::ffi::OsString]) -> Vec<String> {
+    let mut total = 0;
+    let mut out = Vec::new();
+    for arg in argv {
+        let mut arg = arg.to_string_lossy().into_owned();
+        if arg.chars().count() > MAX_ARG_CHARS {
+            arg = arg.chars().take(MAX_ARG_CHARS).collect::<String>() + "…";
+        }
+        total += arg.len();
+        if total > MAX_COMMAND_CHARS {
+            out.push(format!("… ({} more arguments)", argv.len() - out.len()));
+            break;
+        }
+        out.push(arg);
+    }
+    out
+}
+
+/// Reads what the lock file holds, at most [`MAX_RECORD_BYTES`].
+pub fn read_content(file: &std::fs::File) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; MAX_RECORD_BYTES as usize + 1];
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}
+
+/// Why no record is written, for `-v`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoRecord {
+    Disabled,
+    Shared,
+    Directory,
+    ReadOnly,
+    HardLinks,
+    ForeignContent,
+    Unreadable,
+}
+
+impl NoRecord {
+    pub fn explain(self) -> &'static str {
+        match self {
+            NoRecord::Disabled => "--no-record was given",
+            NoRecord::Shared => "shared locks have many holders and get no record",
+            NoRecord::Directory => "the lock is a directory",
+            NoRecord::ReadOnly => "the lock file could only be opened read-only",
+            NoRecord::HardLinks => {
+                "the lock file has more than one hard link, so writing it would change another name's content"
+            }
+            NoRecord::ForeignContent => {
+                "the lock file holds content that is not a lockrun record, which lockrun never overwrites"
+            }
+            NoRecord::Unreadable => "the lock file's content could not be read",
+        }
+    }
+}
+
+/// The data-protection rule: a record goes only into an empty file or one
+/// that already holds a record of ours, and only into a regular file with
+/// one name that we could open for writing. Checked with the lock held, so
+/// no lockrun can change the content under us.
+pub fn may_write(lock: &LockFile) -> Result<(), NoRecord> {
+    if lock.is_dir {
+        return Err(NoRecord::Directory);
+    }
+    if lock.read_only {
+        return Err(NoRecord::ReadOnly);
+    }
+    if lock.hard_links > 1 {
+        return Err(NoRecord::HardLinks);
+    }
+    // The size from open may be stale by now (the previous holder wrote its
+    // release after we opened), so look at the content itself.
+    let content = read_content(lock.file()).map_err(|_| NoRecord::Unreadable)?;
+    if content.is_empty() || Record::parse(&content).is_some() {
+        Ok(())
+    } else {
+        Err(NoRecord::ForeignContent)
+    }
+}
+
+/// Replaces the record: one truncate, one write of the whole line, no fsync
+/// (the record is diagnostic; after a power cut the kernel lock is gone
+/// anyway). On a failed or short write the file is emptied again, so that a
+/// half-written record never claims the lock for someone else.
+pub fn write(file: &std::fs::File, line: &[u8]) -> io::Result<()> {
+    file.set_len(0)?;
+    match file.write_at(line, 0) {
+        Ok(n) if n == line.len() => Ok(()),
+        Ok(_) => {
+            let _ = file.set_len(0);
+            Err(io::Error::new(io::ErrorKind::WriteZero, "short write"))
+        }
+        Err(e) => {
+            let _ = file.set_len(0);
+            Err(e)
+        }
+    }
+}
+
+/// A record prepared by the parent and completed by the forked child before
+/// it execs the command, so the record names the command's pid and start
+/// time *before* the command runs. Between fork and exec only
+/// async-signal-safe calls are allowed, hence pre-built byte slices and raw
+/// syscalls in [`ChildRecord::write_from_child`].
+pub struct ChildRecord {
+    /// `{"lockrun":1,"pid":`
+    head: Vec<u8>,
+    /// `,"boot_id":…}\n`, everything after `pid_start`.
+    tail: Vec<u8>,
+    /// Written to stderr if the record cannot be written.
+    warning: Vec<u8>,
+}
+
+impl ChildRecord {
+    pub fn new(without_pid: &Record, path_for_messages: &str) -> ChildRecord {
+        let line = without_pid.to_line();
+        let prefix = format!("{{\"lockrun\":{}", without_pid.lockrun);
+        let tail = line.get(prefix.len()..).unwrap_or_default().to_vec();
+        ChildRecord {
+            head: format!("{prefix},\"pid\":").into_bytes(),
+            tail,
+            warning: format!(
+                "lockrun: could not write the holder record to {path_for_messages} (the lock is held \
+                 and the command runs; only `lockrun holder` will know less): os error "
+            )
+            .into_bytes(),
+        }
+    }
+
+    /// Runs in the child between fork and exec. No allocation, no locks.
+    pub fn write_from_child(&self, fd: rustix::fd::BorrowedFd<'_>) {
+        let pid = rustix::process::getpid().as_raw_nonzero().get() as u64;
+        let start = crate::platform::own_start_time_without_allocating();
+        let mut pid_buf = [0u8; 20];
+        let mut start_buf = [0u8; 20];
+        let pid_text = format_u64(pid, &mut pid_buf);
+        let start_text: &[u8] = match start {
+            Some(start) => format_u64(start, &mut start_buf),
+            None => b"null",
+        };
+        let parts = [
+            io::IoSlice::new(&self.head),
+            io::IoSlice::new(pid_text),
+            io::IoSlice::new(b",\"pid_start\":"),
+            io::IoSlice::new(start_text),
+            io::IoSlice::new(&self.tail),
+        ];
+        let expected: usize = parts.iter().map(|p| p.len()).sum();
+        let result = rustix::fs::ftruncate(fd, 0)
+            .and_then(|()| rustix::io::pwritev(fd, &parts, 0))
+            .and_then(|n| {
+                if n == expected {
+                    Ok(())
+                } else {
+                    Err(rustix::io::Errno::NOSPC)
+                }
+            });
+        if let Err(errno) = result {
+            let _ = rustix::fs::ftruncate(fd, 0);
+            let mut code_buf = [0u8; 20];
+            let code = format_u64(errno.raw_os_error() as u64, &mut code_buf);
+            let stderr = rustix::stdio::stderr();
+            let _ = rustix::io::write(stderr, &self.warning);
+            let _ = rustix::io::write(stderr, code);
+            let _ = rustix::io::write(stderr, b"\n");
+        }
+    }
+}
+
+fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_no_record() {
+        assert_eq!(Record::parse(b""), None);
+        assert_eq!(Record::parse(b"#!/bin/sh\necho hi\n"), None);
+        assert_eq!(Record::parse(b"12345\n"), None);
+        assert_eq!(Record::parse(b"{\"pid\":1}"), None);
+        assert_eq!(Record::parse(b"{\"lockrun\":1,\"pid\":\"x\"}"), None);
+        assert!(Record::parse(b"{\"lockrun\":1,\"pid\":5}\n").is_some());
+        assert!(Record::parse(b"{\"lockrun\":1,\"future_field\":[1,2]}").is_some());
+    }
+
+    #[test]
+    fn child_record_splices_pid_and_start() {
+        let record = Record {
+            lockrun: FORMAT,
+            host: Some("h".into()),
+            ..Record::default()
+        };
+        let child = ChildRecord::new(&record, "/x");
+        let mut line = child.head.clone();
+        line.extend_from_slice(b"42,\"pid_start\":7");
+        line.extend_from_slice(&child.tail);
+        let parsed = Record::parse(&line).unwrap();
+        assert_eq!(parsed.pid, Some(42));
+        assert_eq!(parsed.pid_start, Some(7));
+        assert_eq!(parsed.host.as_deref(), Some("h"));
+    }
+
+    #[test]
+    fn formats_numbers() {
+        let mut buf = [0u8; 20];
+        assert_eq!(format_u64(0, &mut buf), b"0");
+        assert_eq!(format_u64(u64::MAX, &mut buf), b"18446744073709551615");
+    }
+
+    #[test]
+    fn huge_commands_are_capped() {
+        let argv: Vec<std::ffi::OsString> = (0..100).map(|_| "x".repeat(5000).into()).collect();
+        let kept = recordable_command(&argv);
+        assert!(kept.iter().map(String::len).sum::<usize>() < 20 * 1024);
+        assert!(kept.last().unwrap().contains("more arguments"));
+    }
+}

@@ -1,0 +1,192 @@
+//! `holder`'s human output: one block per lock file, times in UTC with
+//! "ago" durations, every string from a lock file or /proc escaped.
+
+use crate::display::{self, escape};
+use crate::inspect::{Holder, Report, State};
+use crate::record::Record;
+use std::fmt::Write;
+
+pub fn human(report: &Report) -> String {
+    let path = escape(&report.path);
+    let mut out = match report.state {
+        State::Held => held(report, &path),
+        State::Free => free(report, &path),
+        State::Unknown => {
+            let mut text = format!(
+                "{path}: unknown: {}",
+                escape(report.reason.as_deref().unwrap_or(""))
+            );
+            if let Some(record) = report.record.as_ref().filter(|r| !r.is_released()) {
+                let _ = write!(text, "\n  the record names {}", who(record));
+            }
+            text
+        }
+    };
+    if report.waiting > 0 {
+        let _ = write!(
+            out,
+            "\n  {} waiting",
+            plural(report.waiting, "process", "processes")
+        );
+    }
+    if report.unreadable {
+        out.push_str("\n  (the lock file's content could not be read, so its record is unknown)");
+    }
+    out
+}
+
+fn held(report: &Report, path: &str) -> String {
+    let mode = report
+        .holders
+        .first()
+        .map(|h| h.mode)
+        .unwrap_or("exclusive");
+    let record = report
+        .record
+        .as_ref()
+        .filter(|r| !r.is_released() && report.record_holder_alive == Some(true))
+        .filter(|r| {
+            report.holders.is_empty()
+                || report
+                    .holders
+                    .iter()
+                    .any(|h| Some(i64::from(h.pid)) == r.pid)
+        });
+    if let Some(record) = record {
+        let mut text = format!("{path}: held ({mode}) by {}", who(record));
+        if let Some(user) = &record.user {
+            let _ = write!(text, ", user {}", escape(user));
+        }
+        if let Some(host) = &record.host {
+            let _ = write!(text, ", host {}", escape(host));
+        }
+        text.push_str("\n ");
+        if let Some(t) = record.acquired_at.as_deref().and_then(display::parse_time) {
+            let _ = write!(
+                text,
+                " since {} ({}),",
+                display::date_time(t),
+                display::ago(t)
+            );
+        }
+        match record.lockrun_pid {
+            Some(via) if Some(via) != record.pid => {
+                let _ = write!(text, " via lockrun pid {via}");
+            }
+            _ => text.push_str(" lockrun exec'd the command in place"),
+        }
+        for other in report.holders.iter().filter(|h| {
+            Some(i64::from(h.pid)) != record.pid && Some(i64::from(h.pid)) != record.lockrun_pid
+        }) {
+            let _ = write!(text, "\n  also held through {}", process(other));
+        }
+        return text;
+    }
+
+    let mut text = match report.holders.as_slice() {
+        [] => format!("{path}: held ({mode}) by a process this PID namespace cannot see"),
+        [only] => format!("{path}: held ({mode}) by {}", process(only)),
+        many => {
+            let mut text = format!(
+                "{path}: held ({mode}) by {}:",
+                plural(many.len(), "process", "processes")
+            );
+            for holder in many {
+                let _ = write!(text, "\n  {}", process(holder));
+            }
+            text
+        }
+    };
+    match &report.record {
+        None => text.push_str("\n  (no lockrun record)"),
+        Some(record) if !record.is_released() => {
+            let _ = write!(
+                text,
+                "\n  (the record names {}, which does not hold it now)",
+                who(record)
+            );
+        }
+        Some(_) => {}
+    }
+    text
+}
+
+fn free(report: &Report, path: &str) -> String {
+    if !report.exists {
+        return format!("{path}: free, no lock file");
+    }
+    let Some(record) = &report.record else {
+        return format!("{path}: free (no holder record)");
+    };
+    let acquired = record.acquired_at.as_deref().and_then(display::parse_time);
+    let released = record.released_at.as_deref().and_then(display::parse_time);
+    let mut text = format!("{path}: free; last held by {}", who(record));
+    match (acquired, released) {
+        (Some(from), Some(to)) => {
+            let held_for = to.duration_since(from).unwrap_or_default();
+            let _ = write!(
+                text,
+                " {}–{} UTC ({}, {} ago)",
+                display::date_time(from).trim_end_matches(" UTC"),
+                display::clock(to),
+                display::span(held_for),
+                display::span(
+                    std::time::SystemTime::now()
+                        .duration_since(to)
+                        .unwrap_or_default()
+                )
+            );
+        }
+        (Some(from), None) => {
+            let _ = write!(
+                text,
+                " since {} ({})",
+                display::date_time(from),
+                display::ago(from)
+            );
+        }
+        _ => {}
+    }
+    if let Some(exit) = &record.exit {
+        let _ = write!(text, ", {}", display::exit(exit));
+    } else if !record.is_released() {
+        match report.record_holder_alive {
+            Some(false) => text.push_str(", which crashed or was killed without releasing it"),
+            Some(true) => text.push_str(", which is still running but no longer holds the lock"),
+            None => text.push_str(", which lockrun cannot check from here"),
+        }
+    }
+    text
+}
+
+/// `pid 4243 \`backup.sh --full\``
+fn who(record: &Record) -> String {
+    let pid = record
+        .pid
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "?".into());
+    let mut text = format!("pid {pid} `{}`", display::record_command(record));
+    if let Some(host) = &record.host
+        && Some(host) != crate::identity::host_name().as_ref()
+    {
+        let _ = write!(text, " on {}", escape(host));
+    }
+    text
+}
+
+fn process(holder: &Holder) -> String {
+    let command = holder
+        .command
+        .as_deref()
+        .map(display::command)
+        .unwrap_or_else(|| "?".to_owned());
+    let mut text = format!("pid {} `{command}`", holder.pid);
+    if let Some(caller) = holder.locked_by {
+        let _ = write!(text, ", which inherited it from pid {caller} (exited)");
+    }
+    text
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}

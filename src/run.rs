@@ -1,0 +1,353 @@
+//! Running the command under the lock: the heart of lockrun.
+//!
+//! Order matters and is the guarantee: open, lock, record, start the
+//! command, wait for it, complete the record, release. The command inherits
+//! the lock descriptor (unless `--close`), so if lockrun itself is killed,
+//! even with SIGKILL, the lock lives on in the command until it exits: a
+//! second instance of a job can never start beside a running one.
+
+use crate::display;
+use crate::exit_codes::{self, Failure};
+use crate::identity::Me;
+use crate::lock::{LockFile, LockMode};
+use crate::progress::{self, Progress};
+use crate::record::{self, ChildRecord, Exit, Record};
+use crate::signals::Relay;
+use crate::wait::{self, NotAcquired, WaitPolicy};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::Command;
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub path: PathBuf,
+    pub mode: LockMode,
+    pub wait: WaitPolicy,
+    pub conflict_status: u8,
+    /// `-o`: the command does not inherit the lock.
+    pub close_before_exec: bool,
+    /// `-F`: become the command instead of waiting for it.
+    pub exec_in_place: bool,
+    pub command: Vec<OsString>,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub write_record: bool,
+}
+
+/// How lockrun should end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Status(u8),
+    /// The command died by this signal: lockrun re-raises it, after the lock
+    /// has been released.
+    Signal(i32),
+}
+
+pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
+    let lock = LockFile::open(&opts.path, !opts.close_before_exec)?;
+    let label = display::escape(&opts.path.to_string_lossy());
+
+    let mut progress = Progress::new(
+        &lock,
+        label.clone(),
+        opts.verbose,
+        opts.quiet,
+        opts.wait.timeout,
+    );
+    let acquired = match wait::acquire(&lock, opts.mode, opts.wait, &mut progress) {
+        Ok(acquired) => acquired,
+        Err(not) => return not_acquired(not, &lock, &label, opts.quiet, opts.conflict_status),
+    };
+    if opts.verbose {
+        eprintln!(
+            "lockrun: took the {} lock on {label} after {}",
+            opts.mode.as_str(),
+            display::span(acquired.waited)
+        );
+    }
+
+    let record = if opts.write_record && opts.mode == LockMode::Exclusive {
+        match record::may_write(&lock) {
+            Ok(()) => Some(new_record(opts)),
+            Err(reason) => {
+                if opts.verbose {
+                    eprintln!(
+                        "lockrun: no holder record for {label}: {}",
+                        reason.explain()
+                    );
+                }
+                None
+            }
+        }
+    } else {
+        if opts.verbose && opts.write_record {
+            eprintln!(
+                "lockrun: no holder record for {label}: {}",
+                record::NoRecord::Shared.explain()
+            );
+        }
+        None
+    };
+
+    let mut command = Command::new(&opts.command[0]);
+    command.args(&opts.command[1..]);
+    command.env(
+        "LOCKRUN_LOCKFILE",
+        std::path::absolute(&opts.path).unwrap_or_else(|_| opts.path.clone()),
+    );
+    command.env("LOCKRUN_MODE", opts.mode.as_str());
+
+    if opts.exec_in_place {
+        return exec_in_place(command, &lock, record, &label);
+    }
+
+    // Signals must be caught before the command exists, or a SIGTERM in
+    // between would kill lockrun and never reach the command.
+    let relay = match acquired.relay {
+        Some(relay) => relay,
+        None => Relay::install_starting().map_err(|e| {
+            Failure::new(
+                exit_codes::OS_ERROR,
+                format!("cannot set up signal handling: {e}"),
+            )
+        })?,
+    };
+
+    if let Some(record) = &record {
+        let child_record = ChildRecord::new(record, &label);
+        let fd = lock.file().as_raw_fd();
+        // SAFETY: the closure runs between fork and exec and only makes raw
+        // system calls on pre-built buffers (see ChildRecord). The
+        // descriptor is open in the child: `lock` outlives the spawn.
+        unsafe {
+            command.pre_exec(move || {
+                child_record.write_from_child(BorrowedFd::borrow_raw(fd));
+                Ok(())
+            });
+        }
+    }
+
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let status = spawn_failure_status(&e);
+            eprintln!(
+                "lockrun: {}: {}",
+                display::escape(&opts.command[0].to_string_lossy()),
+                describe_spawn_error(&e)
+            );
+            if let Some(record) = record {
+                finish_record(
+                    &lock,
+                    record,
+                    None,
+                    Exit {
+                        code: Some(i32::from(status)),
+                        signal: None,
+                    },
+                    &label,
+                );
+            }
+            return Ok(Ending::Status(status));
+        }
+    };
+    let pid = child.id() as i32;
+    relay.command_started(pid);
+
+    wait_until_exited(pid);
+    relay.command_exited();
+    let start = crate::platform::process_start_time(pid);
+    let status = child.wait().map_err(|e| {
+        Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot wait for the command: {e}"),
+        )
+    })?;
+    let exit = Exit {
+        code: status.code(),
+        signal: status.signal(),
+    };
+    if let Some(record) = record {
+        finish_record(&lock, record, Some((pid, start)), exit, &label);
+    }
+    drop(lock);
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => Ending::Status(code as u8),
+        (None, Some(sig)) => Ending::Signal(sig),
+        (None, None) => Ending::Status(exit_codes::OS_ERROR),
+    })
+}
+
+fn not_acquired(
+    not: NotAcquired,
+    lock: &LockFile,
+    label: &str,
+    quiet: bool,
+    conflict: u8,
+) -> Result<Ending, Failure> {
+    match not {
+        NotAcquired::Busy { waited } => {
+            if !quiet {
+                let holder = progress::held_by(lock);
+                let message = match (waited.is_zero(), holder) {
+                    (true, Some(h)) => format!("{label} is held by {h}"),
+                    (true, None) => format!(
+                        "{label} is held by another process, which left no holder record (`lockrun holder {label}` names it)"
+                    ),
+                    (false, Some(h)) => format!(
+                        "timed out after {} waiting for {label}, held by {h}",
+                        display::span(waited)
+                    ),
+                    (false, None) => format!(
+                        "timed out after {} waiting for {label}, held by a process that left no holder record (`lockrun holder {label}` names it)",
+                        display::span(waited)
+                    ),
+                };
+                eprintln!("lockrun: {message}");
+            }
+            Ok(Ending::Status(conflict))
+        }
+        NotAcquired::Interrupted(sig) => Ok(Ending::Status(exit_codes::for_signal(sig))),
+        NotAcquired::Failed(e) => Err(Failure::io(
+            exit_codes::OS_ERROR,
+            "cannot lock",
+            lock.path(),
+            &e,
+        )),
+    }
+}
+
+fn new_record(opts: &RunOptions) -> Record {
+    let me = Me::gather();
+    Record {
+        lockrun: record::FORMAT,
+        pid: None,
+        pid_start: None,
+        boot_id: me.boot_id,
+        lockrun_pid: Some(i64::from(std::process::id())),
+        host: me.host,
+        user: me.user,
+        uid: Some(me.uid),
+        command: Some(record::recordable_command(&opts.command)),
+        cwd: std::env::current_dir()
+            .ok()
+            .map(|d| d.to_string_lossy().into_owned()),
+        mode: Some(opts.mode.as_str().to_owned()),
+        acquired_at: Some(display::now_rfc3339()),
+        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        pid_ns: me.pid_ns,
+        released_at: None,
+        exit: None,
+    }
+}
+
+/// `-F`: the record names our own pid, which the command keeps across exec;
+/// there is nobody left to write a release, so the record has none.
+fn exec_in_place(
+    mut command: Command,
+    lock: &LockFile,
+    record: Option<Record>,
+    label: &str,
+) -> Result<Ending, Failure> {
+    let me = std::process::id() as i32;
+    let record = record.map(|mut record| {
+        record.pid = Some(i64::from(me));
+        record.pid_start = crate::platform::process_start_time(me);
+        if let Err(e) = record::write(lock.file(), &record.to_line()) {
+            warn_record_failed(label, &e);
+        }
+        record
+    });
+    let error = command.exec();
+    let status = spawn_failure_status(&error);
+    eprintln!(
+        "lockrun: {}: {}",
+        display::escape(&command.get_program().to_string_lossy()),
+        describe_spawn_error(&error)
+    );
+    if let Some(record) = record {
+        finish_record(
+            lock,
+            record,
+            None,
+            Exit {
+                code: Some(i32::from(status)),
+                signal: None,
+            },
+            label,
+        );
+    }
+    Ok(Ending::Status(status))
+}
+
+/// Blocks until the command has exited, without reaping it: while it is a
+/// zombie its pid cannot be reused, so the signal relay can be switched off
+/// before the pid is freed, and its start time can still be read.
+fn wait_until_exited(pid: i32) {
+    use rustix::process::{Pid, WaitIdOptions, waitid};
+    let Some(pid) = Pid::from_raw(pid) else {
+        return;
+    };
+    loop {
+        match waitid(
+            rustix::process::WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return,
+        }
+    }
+}
+
+fn finish_record(
+    lock: &LockFile,
+    mut record: Record,
+    child: Option<(i32, Option<u64>)>,
+    exit: Exit,
+    label: &str,
+) {
+    // An empty file here means the child could not write the record and has
+    // already said so: one warning is enough.
+    if child.is_some()
+        && lock
+            .file()
+            .metadata()
+            .map(|m| m.len() == 0)
+            .unwrap_or(false)
+    {
+        return;
+    }
+    if let Some((pid, start)) = child {
+        record.pid = Some(i64::from(pid));
+        record.pid_start = start;
+    }
+    record.released_at = Some(display::now_rfc3339());
+    record.exit = Some(exit);
+    if let Err(e) = record::write(lock.file(), &record.to_line()) {
+        warn_record_failed(label, &e);
+    }
+}
+
+fn warn_record_failed(label: &str, e: &io::Error) {
+    eprintln!(
+        "lockrun: could not write the holder record to {label}: {e} (the lock itself is unaffected)"
+    );
+}
+
+fn spawn_failure_status(e: &io::Error) -> u8 {
+    match e.kind() {
+        io::ErrorKind::NotFound => exit_codes::NOT_FOUND,
+        _ => exit_codes::CANNOT_EXECUTE,
+    }
+}
+
+fn describe_spawn_error(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "command not found".to_owned(),
+        io::ErrorKind::PermissionDenied => format!("cannot execute: {e}"),
+        _ => format!("cannot execute: {e}"),
+    }
+}
