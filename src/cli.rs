@@ -132,13 +132,14 @@ pub enum Inspect {
     #[command(
         override_usage = "lockrun holder [--json] LOCKFILE...",
         after_help = "Held or free comes from the kernel's lock table; the holder record adds who \
-                      and since when.\nExit status: 0 reported every path; 66 a path exists but \
+                      and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
                       cannot be read.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
     )]
     Holder {
         /// One JSON object per path, one per line
         #[arg(long)]
         json: bool,
+        /// Lock files to report on (a missing one is reported as free)
         #[arg(value_name = "LOCKFILE", required = true)]
         paths: Vec<PathBuf>,
     },
@@ -160,6 +161,7 @@ pub enum Inspect {
         /// touches the lock: a concurrent `lockrun -n` may fail while it is held)
         #[arg(long)]
         probe: bool,
+        /// The lock file to look at
         #[arg(value_name = "LOCKFILE")]
         path: PathBuf,
     },

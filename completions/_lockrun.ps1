@@ -1,0 +1,76 @@
+
+using namespace System.Management.Automation
+using namespace System.Management.Automation.Language
+
+Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+
+    $commandElements = $commandAst.CommandElements
+    $command = @(
+        'lockrun'
+        for ($i = 1; $i -lt $commandElements.Count; $i++) {
+            $element = $commandElements[$i]
+            if ($element -isnot [StringConstantExpressionAst] -or
+                $element.StringConstantType -ne [StringConstantType]::BareWord -or
+                $element.Value.StartsWith('-') -or
+                $element.Value -eq $wordToComplete) {
+                break
+        }
+        $element.Value
+    }) -join ';'
+
+    $completions = @(switch ($command) {
+        'lockrun' {
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]')
+            [CompletionResult]::new('--poll', '--poll', [CompletionResultType]::ParameterName, 'Retry every INTERVAL instead of a blocking kernel wait')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when the lock is not acquired')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is not acquired')
+            [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)')
+            [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)')
+            [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
+            [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared lock: many holders at once, no exclusive holder')
+            [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Shared lock: many holders at once, no exclusive holder')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Do not let the command inherit the lock (it lives only as long as lockrun)')
+            [CompletionResult]::new('--close', '--close', [CompletionResultType]::ParameterName, 'Do not let the command inherit the lock (it lives only as long as lockrun)')
+            [CompletionResult]::new('-F', '-F ', [CompletionResultType]::ParameterName, 'Exec the command in place of lockrun; it keeps the lock descriptor')
+            [CompletionResult]::new('--no-fork', '--no-fork', [CompletionResultType]::ParameterName, 'Exec the command in place of lockrun; it keeps the lock descriptor')
+            [CompletionResult]::new('--no-record', '--no-record', [CompletionResultType]::ParameterName, 'Do not write the holder record into the lock file')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'FD form only: release the lock on FD')
+            [CompletionResult]::new('--unlock', '--unlock', [CompletionResultType]::ParameterName, 'FD form only: release the lock on FD')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing when the lock is busy or the wait times out')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing when the lock is busy or the wait times out')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say who holds the lock while waiting, and how long acquiring took')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say who holds the lock while waiting, and how long acquiring took')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('holder', 'holder', [CompletionResultType]::ParameterValue, 'Who holds each lock now, or held it last (never takes the lock)')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Is the lock held right now? (never takes the lock unless --probe)')
+            break
+        }
+        'lockrun;holder' {
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per path, one per line')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'lockrun;check' {
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print the same JSON object as `holder --json`')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing; answer with the exit status only')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing; answer with the exit status only')
+            [CompletionResult]::new('--probe', '--probe', [CompletionResultType]::ParameterName, 'Where the kernel cannot tell, try the lock without waiting and release it at once (this touches the lock: a concurrent `lockrun -n` may fail while it is held)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+    })
+
+    $completions.Where{ $_.CompletionText -like "$wordToComplete*" } |
+        Sort-Object -Property ListItemText
+}

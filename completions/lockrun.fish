@@ -1,0 +1,49 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_lockrun_global_optspecs
+    string join \n x/exclusive s/shared n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record u/unlock q/quiet v/verbose h/help V/version
+end
+
+function __fish_lockrun_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_lockrun_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_lockrun_using_subcommand
+    set -l cmd (__fish_lockrun_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l timeout -l wait -d 'Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l poll -d 'Retry every INTERVAL instead of a blocking kernel wait' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s c -l command -d 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s x -l exclusive -d 'Exclusive lock (the default)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s s -l shared -d 'Shared lock: many holders at once, no exclusive holder'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s n -l nonblock -d 'Fail at once if the lock is held'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s o -l close -d 'Do not let the command inherit the lock (it lives only as long as lockrun)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s F -l no-fork -d 'Exec the command in place of lockrun; it keeps the lock descriptor'
+complete -c lockrun -n "__fish_lockrun_needs_command" -l no-record -d 'Do not write the holder record into the lock file'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s u -l unlock -d 'FD form only: release the lock on FD'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy or the wait times out'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Say who holds the lock while waiting, and how long acquiring took'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "holder" -d 'Who holds each lock now, or held it last (never takes the lock)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -l json -d 'One JSON object per path, one per line'
+complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -s h -l help -d 'Print help'
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l json -d 'Print the same JSON object as `holder --json`'
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s q -l quiet -d 'Print nothing; answer with the exit status only'
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l probe -d 'Where the kernel cannot tell, try the lock without waiting and release it at once (this touches the lock: a concurrent `lockrun -n` may fail while it is held)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s h -l help -d 'Print help'

@@ -1,0 +1,209 @@
+//! Helpers for cross-process tests: real processes, synchronised on
+//! readiness (a line on a pipe, an entry in the kernel's lock table), every
+//! wait bounded so a broken build fails instead of hanging.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+pub const BOUND: Duration = Duration::from_secs(20);
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_lockrun")
+}
+
+/// The built lockrun, with a bound on how long it may run.
+pub fn lockrun() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::new(bin());
+    cmd.timeout(BOUND);
+    cmd
+}
+
+pub fn std_lockrun() -> Command {
+    Command::new(bin())
+}
+
+pub fn has(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// A process running in the background whose stdout lines we can wait for.
+/// Killed (SIGKILL) and reaped on drop.
+pub struct Background {
+    pub child: Child,
+    lines: Receiver<String>,
+    pub stdin: Option<ChildStdin>,
+}
+
+impl Background {
+    pub fn spawn(mut cmd: Command) -> Background {
+        cmd.stdout(Stdio::piped()).stdin(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn background process");
+        let stdout = child.stdout.take().expect("stdout");
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Background {
+            child,
+            lines: rx,
+            stdin,
+        }
+    }
+
+    /// lockrun holding `lock` while running `sh -c SCRIPT`; waits for the
+    /// script to print `ready` (so the lock is held) and returns the words
+    /// after it.
+    pub fn lockrun_holding(args: &[&str], lock: &Path, script: &str) -> (Background, Vec<String>) {
+        let mut cmd = std_lockrun();
+        cmd.args(args).arg(lock).args(["--", "sh", "-c", script]);
+        let bg = Background::spawn(cmd);
+        let words = bg.expect_ready();
+        (bg, words)
+    }
+
+    pub fn expect_ready(&self) -> Vec<String> {
+        let line = self.line(BOUND).expect("holder never printed `ready`");
+        let mut words = line.split_whitespace().map(str::to_owned);
+        assert_eq!(
+            words.next().as_deref(),
+            Some("ready"),
+            "unexpected line {line:?}"
+        );
+        words.collect()
+    }
+
+    pub fn line(&self, within: Duration) -> Option<String> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends a line to the process's stdin (a holder waiting on `read`).
+    pub fn release(&mut self) {
+        if let Some(stdin) = &mut self.stdin {
+            let _ = stdin.write_all(b"go\n");
+            let _ = stdin.flush();
+        }
+    }
+
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {} did not exit in {within:?}",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn has_exited(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_some()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `condition` (a cheap look at kernel or file state, not a guess
+/// about timing) until it holds, failing the test after `BOUND`.
+pub fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn dev_ino(path: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).expect("stat lock file");
+    (meta.dev(), meta.ino())
+}
+
+/// `maj:min:ino` as /proc/locks writes it.
+fn lock_id(path: &Path) -> String {
+    let (dev, ino) = dev_ino(path);
+    let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
+    let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
+    format!("{major:02x}:{minor:02x}:{ino}")
+}
+
+/// How many processes the kernel shows blocked waiting on `path`.
+pub fn kernel_waiters(path: &Path) -> usize {
+    let id = lock_id(path);
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" -> ") && l.contains(&id))
+        .count()
+}
+
+pub fn kernel_holders(path: &Path) -> usize {
+    let id = lock_id(path);
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.contains(" -> ") && l.contains(&id))
+        .count()
+}
+
+pub fn kill(pid: i32, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+pub fn process_gone(pid: i32) -> bool {
+    // A zombie still has /proc/PID; count it as gone.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("lockrun-test")
+        .tempdir()
+        .expect("temp dir")
+}
+
+pub fn lock_in(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("test.lock")
+}
+
+pub fn record_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).expect("read lock file");
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("record {text:?}: {e}"))
+}
