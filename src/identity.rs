@@ -96,13 +96,14 @@ pub fn record_holder(record: &Record) -> Liveness {
     {
         return Liveness::CannotTell;
     }
-    match (platform::process_start_time(pid), record.pid_start) {
+    match (platform::live_process_start_time(pid), record.pid_start) {
         (Some(now), Some(then)) if now == then => Liveness::Alive,
         (Some(_), Some(_)) => Liveness::Dead, // the pid was reused
         (Some(_), None) => Liveness::Alive,   // cannot rule out reuse; best guess
+        // Gone, a zombie, or /proc unreadable.
         (None, _) => match platform::process_exists(pid) {
-            Some(false) => Liveness::Dead,
-            _ => Liveness::CannotTell,
+            Some(true) if platform::process_start_time(pid).is_none() => Liveness::CannotTell,
+            _ => Liveness::Dead,
         },
     }
 }

@@ -29,6 +29,20 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
     parse_start_time(&stat)
 }
 
+/// Like [`process_start_time`], but `None` for a zombie: a process that
+/// has exited and not yet been reaped holds no descriptors, so no lock.
+pub fn live_process_start_time(pid: i32) -> Option<u64> {
+    if pid <= 0 {
+        return None;
+    }
+    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    if stat.get(close + 2) == Some(&b'Z') {
+        return None;
+    }
+    parse_start_time(&stat)
+}
+
 /// The same for the calling process, for use between fork and exec, where
 /// only async-signal-safe calls are allowed: raw syscalls into a stack
 /// buffer, no allocation.

@@ -13,6 +13,9 @@ pub fn boot_id() -> Option<String> {
 pub fn process_start_time(_pid: i32) -> Option<u64> {
     None
 }
+pub fn live_process_start_time(_pid: i32) -> Option<u64> {
+    None
+}
 pub fn own_start_time_without_allocating() -> Option<u64> {
     None
 }

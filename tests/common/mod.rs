@@ -207,3 +207,14 @@ pub fn record_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).expect("read lock file");
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("record {text:?}: {e}"))
 }
+
+/// Waits until `pid` has exec'd `program` (a script prints `ready` just
+/// before its `exec`, so the new command line may lag a moment).
+pub fn wait_exec(pid: impl ToString, program: &str) {
+    let pid = pid.to_string();
+    wait_for(&format!("pid {pid} to exec {program}"), || {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| c.starts_with(format!("{program}\0").as_bytes()))
+            .unwrap_or(false)
+    });
+}

@@ -1,0 +1,448 @@
+//! The holder record, `lockrun holder` and `lockrun check`, across real
+//! processes (issue: holder record).
+
+mod common;
+
+use common::*;
+use predicates::prelude::*;
+use std::process::Command;
+
+fn holder_json(lock: &std::path::Path) -> serde_json::Value {
+    let out = lockrun().args(["holder", "--json"]).arg(lock).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn holder_text(lock: &std::path::Path) -> String {
+    let out = lockrun().arg("holder").arg(lock).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_record_names_the_command_before_it_starts_and_its_end_after() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    // The command reads the record while it runs: it is already complete.
+    let out = std_lockrun()
+        .current_dir(dir.path())
+        .arg(&lock)
+        .args(["sh", "-c", "cat \"$LOCKRUN_LOCKFILE\"; echo $$ >&2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let during: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sh_pid: i64 = String::from_utf8_lossy(&out.stderr).trim().parse().unwrap();
+    assert_eq!(during["lockrun"], 1);
+    assert_eq!(during["pid"], sh_pid, "the record names the command's pid");
+    assert!(during["pid_start"].as_u64().unwrap() > 0);
+    assert_ne!(during["lockrun_pid"], sh_pid);
+    assert_eq!(during["mode"], "exclusive");
+    assert_eq!(during["command"][0], "sh");
+    assert_eq!(during["cwd"], dir.path().to_str().unwrap());
+    assert_eq!(during["uid"], rustix::process::getuid().as_raw());
+    for field in ["boot_id", "host", "user", "acquired_at", "version"] {
+        assert!(during[field].is_string(), "{field} missing in {during}");
+    }
+    assert!(during.get("released_at").is_none());
+    let acquired = during["acquired_at"].as_str().unwrap();
+    assert!(acquired.ends_with('Z') && acquired.len() == "2026-11-29T02:00:03.120Z".len(), "{acquired}");
+
+    let after = record_json(&lock);
+    assert_eq!(after["pid"], sh_pid);
+    assert_eq!(after["exit"], serde_json::json!({"code": 0}));
+    assert!(after["released_at"].is_string());
+    let text = std::fs::read_to_string(&lock).unwrap();
+    assert_eq!(text.lines().count(), 1, "one line of JSON: {text:?}");
+    assert!(text.ends_with("}\n"));
+}
+
+#[test]
+fn a_command_killed_by_a_signal_is_recorded_as_such() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    std_lockrun().arg(&lock).args(["sh", "-c", "kill -9 $$"]).status().unwrap();
+    assert_eq!(record_json(&lock)["exit"], serde_json::json!({"signal": 9}));
+    lockrun()
+        .arg("holder")
+        .arg(&lock)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("killed by signal 9 (SIGKILL)"));
+}
+
+#[test]
+fn exec_mode_records_lockruns_own_pid_and_no_release() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = std_lockrun()
+        .arg("-F")
+        .arg(&lock)
+        .args(["sh", "-c", "cat \"$LOCKRUN_LOCKFILE\"; echo $$ >&2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sh_pid: i64 = String::from_utf8_lossy(&out.stderr).trim().parse().unwrap();
+    assert_eq!(record["pid"], sh_pid);
+    assert_eq!(record["lockrun_pid"], sh_pid);
+    let after = record_json(&lock);
+    assert!(after.get("released_at").is_none() && after.get("exit").is_none());
+}
+
+#[test]
+fn shared_locks_and_no_record_leave_the_file_alone() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun().arg(&lock).arg("true").assert().success();
+    let before = std::fs::read(&lock).unwrap();
+    lockrun().arg("-s").arg(&lock).arg("true").assert().success();
+    lockrun().arg("--no-record").arg(&lock).arg("true").assert().success();
+    assert_eq!(std::fs::read(&lock).unwrap(), before, "the record changed");
+    let fresh = dir.path().join("fresh.lock");
+    lockrun().arg("--no-record").arg(&fresh).arg("true").assert().success();
+    assert_eq!(std::fs::read(&fresh).unwrap(), b"");
+}
+
+#[test]
+fn a_script_locking_itself_keeps_every_byte() {
+    let dir = temp_dir();
+    let script = dir.path().join("job.sh");
+    let content = b"#!/bin/sh\n# a script that locks itself, as flock(1)'s manual suggests\necho running\n";
+    std::fs::write(&script, content).unwrap();
+    lockrun().arg(&script).args(["sh"]).arg(&script).assert().success().stdout("running\n");
+    lockrun().arg("-v").arg(&script).arg("true").assert().success().stderr(predicate::str::contains("not a lockrun record"));
+    assert_eq!(std::fs::read(&script).unwrap(), content.to_vec());
+    // A pid file of another tool likewise.
+    let pid_file = dir.path().join("other.pid");
+    std::fs::write(&pid_file, "12345\n").unwrap();
+    lockrun().arg(&pid_file).arg("true").assert().success();
+    assert_eq!(std::fs::read(&pid_file).unwrap(), b"12345\n");
+}
+
+#[test]
+fn holder_names_a_lockrun_holder_from_its_record() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (holder, words) = Background::lockrun_holding(&[], &lock, "echo ready $$; exec sleep 60");
+    let command_pid: i64 = words[0].parse().unwrap();
+    let text = holder_text(&lock);
+    assert!(
+        text.starts_with(&format!("{}: held (exclusive) by pid {command_pid} `sh -c", lock.display())),
+        "{text}"
+    );
+    assert!(text.contains(&format!("via lockrun pid {}", holder.pid())), "{text}");
+    assert!(text.contains(" UTC (") && text.contains(" ago)"), "{text}");
+    let json = holder_json(&lock);
+    assert_eq!(json["state"], "held");
+    assert_eq!(json["record_holder_alive"], true);
+    assert_eq!(json["record"]["pid"], command_pid);
+    let pids: Vec<i64> = json["holders"].as_array().unwrap().iter().map(|h| h["pid"].as_i64().unwrap()).collect();
+    assert!(pids.contains(&command_pid) && pids.contains(&i64::from(holder.pid())), "{json}");
+    assert_eq!(json["holders"][0]["mode"], "exclusive");
+    lockrun().arg("check").arg(&lock).assert().code(0);
+}
+
+#[test]
+fn holder_names_a_flock_holder_from_the_kernel() {
+    if !has("flock") {
+        eprintln!("SKIPPED: util-linux flock(1) is not installed");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut cmd = Command::new("flock");
+    cmd.arg("-F").arg(&lock).args(["sh", "-c", "echo ready $$; exec sleep 60"]);
+    let flock = Background::spawn(cmd);
+    flock.expect_ready();
+    wait_exec(flock.pid(), "sleep");
+    let text = holder_text(&lock);
+    assert!(
+        text.contains(&format!("held (exclusive) by pid {} `sleep 60`", flock.pid())),
+        "{text}"
+    );
+    assert!(text.contains("no lockrun record"), "{text}");
+    let json = holder_json(&lock);
+    assert_eq!(json["state"], "held");
+    assert!(json["record"].is_null());
+    assert_eq!(json["holders"][0]["command"][0], "sleep");
+}
+
+#[test]
+fn holder_names_the_process_that_inherited_the_lock() {
+    if !has("flock") {
+        eprintln!("SKIPPED: util-linux flock(1) is not installed");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    // flock(1) takes the lock and forks the command; kill flock and the
+    // command holds it alone, while the kernel still names flock's pid.
+    let mut cmd = Command::new("flock");
+    cmd.arg(&lock).args(["sh", "-c", "echo ready $$; exec sleep 60"]);
+    let mut flock = Background::spawn(cmd);
+    let words = flock.expect_ready();
+    let sleeper: i32 = words[0].parse().unwrap();
+    wait_exec(sleeper, "sleep");
+    kill(flock.pid(), "KILL");
+    flock.wait_exit(BOUND);
+    let text = holder_text(&lock);
+    assert!(
+        text.contains(&format!("by pid {sleeper} `sleep 60`, which inherited it from pid {} (exited)", flock.pid())),
+        "{text}"
+    );
+    let json = holder_json(&lock);
+    assert_eq!(json["holders"][0]["pid"], sleeper);
+    assert_eq!(json["holders"][0]["locked_by"], flock.pid());
+    kill(sleeper, "KILL");
+}
+
+#[test]
+fn holder_lists_every_shared_holder() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_a, a) = Background::lockrun_holding(&["-s"], &lock, "echo ready $$; exec sleep 60");
+    let (_b, b) = Background::lockrun_holding(&["-s"], &lock, "echo ready $$; exec sleep 60");
+    wait_exec(&a[0], "sleep");
+    wait_exec(&b[0], "sleep");
+    let text = holder_text(&lock);
+    assert!(text.contains("held (shared) by 4 processes:"), "{text}");
+    assert!(text.contains(&format!("pid {} `sleep 60`", a[0])), "{text}");
+    assert!(text.contains(&format!("pid {} `sleep 60`", b[0])), "{text}");
+    let json = holder_json(&lock);
+    assert_eq!(json["holders"].as_array().unwrap().len(), 4);
+    assert!(json["holders"].as_array().unwrap().iter().all(|h| h["mode"] == "shared"));
+}
+
+#[test]
+fn free_locks_say_who_held_them_last_and_how_it_ended() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun().arg(&lock).args(["sh", "-c", "exit 0"]).assert().success();
+    let text = holder_text(&lock);
+    assert!(text.contains(": free; last held by pid "), "{text}");
+    assert!(text.contains("`sh -c 'exit 0'`") && text.ends_with(", exit 0\n"), "{text}");
+    let json = holder_json(&lock);
+    assert_eq!(json["state"], "free");
+    assert_eq!(json["record_holder_alive"], false);
+    lockrun().arg("check").arg(&lock).assert().code(1);
+}
+
+#[test]
+fn a_holder_that_died_without_releasing_is_reported_as_crashed() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut holder, words) = Background::lockrun_holding(&[], &lock, "echo ready $$; exec sleep 60");
+    let command_pid: i32 = words[0].parse().unwrap();
+    kill(holder.pid(), "KILL");
+    holder.wait_exit(BOUND);
+    kill(command_pid, "KILL");
+    wait_for("the lock to be free", || kernel_holders(&lock) == 0);
+    let text = holder_text(&lock);
+    assert!(text.contains("crashed or was killed without releasing it"), "{text}");
+    assert_eq!(holder_json(&lock)["record_holder_alive"], false);
+    lockrun().arg("check").arg(&lock).assert().code(1);
+    // The next holder takes over and rewrites the record.
+    lockrun().arg(&lock).arg("true").assert().success();
+    assert!(record_json(&lock)["released_at"].is_string());
+}
+
+#[test]
+fn no_lock_file_is_free() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun()
+        .arg("holder")
+        .arg(&lock)
+        .assert()
+        .success()
+        .stdout(format!("{}: free, no lock file\n", lock.display()));
+    lockrun().arg("check").arg(&lock).assert().code(1);
+    lockrun().args(["check", "-q"]).arg(&lock).assert().code(1).stdout("");
+    let json = holder_json(&lock);
+    assert_eq!(json["state"], "free");
+    assert_eq!(json["exists"], false);
+    assert!(!lock.exists(), "holder created the lock file");
+}
+
+#[test]
+fn check_json_and_quiet() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
+    lockrun().args(["check", "-q"]).arg(&lock).assert().code(0).stdout("");
+    let out = lockrun().args(["check", "--json"]).arg(&lock).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["path", "state", "holders", "record", "record_holder_alive", "reason"] {
+        assert!(json.get(key).is_some(), "{key} missing from {json}");
+    }
+}
+
+#[test]
+fn check_never_takes_the_lock() {
+    // A tight loop of `check` beside `lockrun -n`: if check ever took the
+    // lock, even for a moment, some -n run would see it busy and fail.
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun().arg(&lock).arg("true").assert().success();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let lock = lock.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let status = std_lockrun().args(["check", "-q"]).arg(&lock).status().unwrap();
+                assert!(matches!(status.code(), Some(0 | 1)));
+                n += 1;
+            }
+            n
+        })
+    };
+    for i in 0..150 {
+        let out = std_lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+        assert!(out.status.success(), "run {i} failed beside check: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(checker.join().unwrap() > 10, "the checker hardly ran");
+}
+
+#[test]
+fn check_probe_is_what_touches_the_lock() {
+    // The control for the test above: a checker that does take the lock
+    // (flock -n, like --probe) is caught by the same kind of loop.
+    if !has("flock") {
+        eprintln!("SKIPPED: util-linux flock(1) is not installed");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun().arg(&lock).arg("true").assert().success();
+    let mut failures = 0;
+    for _ in 0..300 {
+        let mut taker = Command::new("flock").arg("-n").arg(&lock).args(["sleep", "0.002"]).spawn().unwrap();
+        let out = std_lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+        if !out.status.success() {
+            failures += 1;
+        }
+        taker.wait().unwrap();
+        if failures > 0 {
+            break;
+        }
+    }
+    assert!(failures > 0, "a checker that takes the lock was never caught");
+}
+
+#[test]
+fn unknown_when_the_holder_is_in_another_pid_namespace() {
+    let works = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !works {
+        eprintln!("SKIPPED: unshare --pid --fork --mount-proc does not work here (needs root or user namespaces)");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
+    // Inside a new PID namespace, /proc/locks hides this lock (its taker is
+    // not visible there), but the record names a live holder outside.
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", common::bin(), "check"])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(69), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("unknown: ") && text.contains("another PID namespace"), "{text}");
+    // --probe opts into certainty.
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", common::bin(), "check", "--probe", "-q"])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // From the initial namespace everything is visible.
+    lockrun().arg("check").arg(&lock).assert().code(0);
+}
+
+#[test]
+fn hostile_records_cannot_drive_the_terminal() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let hostile = serde_json::json!({
+        "lockrun": 1, "pid": 999_999_999, "command": ["evil\u{1b}]0;pwned\u{7}", "\u{1b}[2J\u{9b}31m"],
+        "host": "h\u{1b}[31mx", "user": "\u{1b}[1m", "acquired_at": "2026-11-29T02:00:03.120Z"
+    });
+    std::fs::write(&lock, format!("{hostile}\n")).unwrap();
+    let out = lockrun().arg("holder").arg(&lock).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "raw control characters: {text:?}");
+    assert!(text.contains("\\u{1b}"), "{text}");
+    let json = holder_json(&lock);
+    assert_eq!(json["record"]["command"][0], "evil\u{1b}]0;pwned\u{7}");
+    // Same for a conflict message.
+    let (_h, _) = Background::lockrun_holding(&["--no-record"], &lock, "echo ready; exec sleep 60");
+    let out = lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "{err:?}");
+}
+
+#[test]
+fn garbage_and_oversized_content_is_no_record() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut garbage: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    garbage.extend_from_slice(b"{\"lockrun\":1}");
+    std::fs::write(&lock, &garbage).unwrap();
+    lockrun()
+        .arg("holder")
+        .arg(&lock)
+        .assert()
+        .success()
+        .stdout(format!("{}: free (no holder record)\n", lock.display()));
+    lockrun().arg(&lock).arg("true").assert().success();
+    assert_eq!(std::fs::read(&lock).unwrap(), garbage, "foreign content was overwritten");
+    let big = format!("{{\"lockrun\":1,\"pad\":\"{}\"}}", "x".repeat(70_000));
+    std::fs::write(&lock, &big).unwrap();
+    assert!(holder_json(&lock)["record"].is_null());
+}
+
+#[test]
+fn live_status_line_on_a_terminal_only() {
+    if !has("script") {
+        eprintln!("SKIPPED: script(1) is not installed, no pseudo-terminal to test with");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
+    // script(1) gives lockrun a terminal as stderr.
+    let inner = format!("{} -w 1.6 {} true", common::bin(), lock.display());
+    let out = Command::new("script").args(["-qec", &inner, "/dev/null"]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("\r\x1b[Klockrun: waiting for"), "no live line: {shown:?}");
+    assert!(shown.contains(" / 1s"), "no timeout shown: {shown:?}");
+    // Piped stderr: no carriage returns, no escapes.
+    let out = lockrun().args(["-w", "1.3"]).arg(&lock).arg("true").output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
+}
+
+#[test]
+fn verbose_waiting_names_the_holder() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_holder, words) = Background::lockrun_holding(&[], &lock, "echo ready $$; exec sleep 60");
+    lockrun()
+        .args(["-v", "-w", "0.3"])
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .code(75)
+        .stderr(predicate::str::contains(format!("waiting for {}, held by pid {}", lock.display(), words[0])));
+}
