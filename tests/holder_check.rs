@@ -8,14 +8,27 @@ use predicates::prelude::*;
 use std::process::Command;
 
 fn holder_json(lock: &std::path::Path) -> serde_json::Value {
-    let out = lockrun().args(["holder", "--json"]).arg(lock).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    let out = lockrun()
+        .args(["holder", "--json"])
+        .arg(lock)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 fn holder_text(lock: &std::path::Path) -> String {
     let out = lockrun().arg("holder").arg(lock).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -46,7 +59,10 @@ fn the_record_names_the_command_before_it_starts_and_its_end_after() {
     }
     assert!(during.get("released_at").is_none());
     let acquired = during["acquired_at"].as_str().unwrap();
-    assert!(acquired.ends_with('Z') && acquired.len() == "2026-11-29T02:00:03.120Z".len(), "{acquired}");
+    assert!(
+        acquired.ends_with('Z') && acquired.len() == "2026-11-29T02:00:03.120Z".len(),
+        "{acquired}"
+    );
 
     let after = record_json(&lock);
     assert_eq!(after["pid"], sh_pid);
@@ -61,7 +77,11 @@ fn the_record_names_the_command_before_it_starts_and_its_end_after() {
 fn a_command_killed_by_a_signal_is_recorded_as_such() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    std_lockrun().arg(&lock).args(["sh", "-c", "kill -9 $$"]).status().unwrap();
+    std_lockrun()
+        .arg(&lock)
+        .args(["sh", "-c", "kill -9 $$"])
+        .status()
+        .unwrap();
     assert_eq!(record_json(&lock)["exit"], serde_json::json!({"signal": 9}));
     lockrun()
         .arg("holder")
@@ -96,11 +116,26 @@ fn shared_locks_and_no_record_leave_the_file_alone() {
     let lock = lock_in(&dir);
     lockrun().arg(&lock).arg("true").assert().success();
     let before = std::fs::read(&lock).unwrap();
-    lockrun().arg("-s").arg(&lock).arg("true").assert().success();
-    lockrun().arg("--no-record").arg(&lock).arg("true").assert().success();
+    lockrun()
+        .arg("-s")
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .success();
+    lockrun()
+        .arg("--no-record")
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .success();
     assert_eq!(std::fs::read(&lock).unwrap(), before, "the record changed");
     let fresh = dir.path().join("fresh.lock");
-    lockrun().arg("--no-record").arg(&fresh).arg("true").assert().success();
+    lockrun()
+        .arg("--no-record")
+        .arg(&fresh)
+        .arg("true")
+        .assert()
+        .success();
     assert_eq!(std::fs::read(&fresh).unwrap(), b"");
 }
 
@@ -108,10 +143,23 @@ fn shared_locks_and_no_record_leave_the_file_alone() {
 fn a_script_locking_itself_keeps_every_byte() {
     let dir = temp_dir();
     let script = dir.path().join("job.sh");
-    let content = b"#!/bin/sh\n# a script that locks itself, as flock(1)'s manual suggests\necho running\n";
+    let content =
+        b"#!/bin/sh\n# a script that locks itself, as flock(1)'s manual suggests\necho running\n";
     std::fs::write(&script, content).unwrap();
-    lockrun().arg(&script).args(["sh"]).arg(&script).assert().success().stdout("running\n");
-    lockrun().arg("-v").arg(&script).arg("true").assert().success().stderr(predicate::str::contains("not a lockrun record"));
+    lockrun()
+        .arg(&script)
+        .args(["sh"])
+        .arg(&script)
+        .assert()
+        .success()
+        .stdout("running\n");
+    lockrun()
+        .arg("-v")
+        .arg(&script)
+        .arg("true")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("not a lockrun record"));
     assert_eq!(std::fs::read(&script).unwrap(), content.to_vec());
     // A pid file of another tool likewise.
     let pid_file = dir.path().join("other.pid");
@@ -128,17 +176,31 @@ fn holder_names_a_lockrun_holder_from_its_record() {
     let command_pid: i64 = words[0].parse().unwrap();
     let text = holder_text(&lock);
     assert!(
-        text.starts_with(&format!("{}: held (exclusive) by pid {command_pid} `sh -c", lock.display())),
+        text.starts_with(&format!(
+            "{}: held (exclusive) by pid {command_pid} `sh -c",
+            lock.display()
+        )),
         "{text}"
     );
-    assert!(text.contains(&format!("via lockrun pid {}", holder.pid())), "{text}");
+    assert!(
+        text.contains(&format!("via lockrun pid {}", holder.pid())),
+        "{text}"
+    );
     assert!(text.contains(" UTC (") && text.contains(" ago)"), "{text}");
     let json = holder_json(&lock);
     assert_eq!(json["state"], "held");
     assert_eq!(json["record_holder_alive"], true);
     assert_eq!(json["record"]["pid"], command_pid);
-    let pids: Vec<i64> = json["holders"].as_array().unwrap().iter().map(|h| h["pid"].as_i64().unwrap()).collect();
-    assert!(pids.contains(&command_pid) && pids.contains(&i64::from(holder.pid())), "{json}");
+    let pids: Vec<i64> = json["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["pid"].as_i64().unwrap())
+        .collect();
+    assert!(
+        pids.contains(&command_pid) && pids.contains(&i64::from(holder.pid())),
+        "{json}"
+    );
     assert_eq!(json["holders"][0]["mode"], "exclusive");
     lockrun().arg("check").arg(&lock).assert().code(0);
 }
@@ -152,13 +214,18 @@ fn holder_names_a_flock_holder_from_the_kernel() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
     let mut cmd = Command::new("flock");
-    cmd.arg("-F").arg(&lock).args(["sh", "-c", "echo ready $$; exec sleep 60"]);
+    cmd.arg("-F")
+        .arg(&lock)
+        .args(["sh", "-c", "echo ready $$; exec sleep 60"]);
     let flock = Background::spawn(cmd);
     flock.expect_ready();
     wait_exec(flock.pid(), "sleep");
     let text = holder_text(&lock);
     assert!(
-        text.contains(&format!("held (exclusive) by pid {} `sleep 60`", flock.pid())),
+        text.contains(&format!(
+            "held (exclusive) by pid {} `sleep 60`",
+            flock.pid()
+        )),
         "{text}"
     );
     assert!(text.contains("no lockrun record"), "{text}");
@@ -179,7 +246,8 @@ fn holder_names_the_process_that_inherited_the_lock() {
     // flock(1) takes the lock and forks the command; kill flock and the
     // command holds it alone, while the kernel still names flock's pid.
     let mut cmd = Command::new("flock");
-    cmd.arg(&lock).args(["sh", "-c", "echo ready $$; exec sleep 60"]);
+    cmd.arg(&lock)
+        .args(["sh", "-c", "echo ready $$; exec sleep 60"]);
     let mut flock = Background::spawn(cmd);
     let words = flock.expect_ready();
     let sleeper: i32 = words[0].parse().unwrap();
@@ -188,7 +256,10 @@ fn holder_names_the_process_that_inherited_the_lock() {
     flock.wait_exit(BOUND);
     let text = holder_text(&lock);
     assert!(
-        text.contains(&format!("by pid {sleeper} `sleep 60`, which inherited it from pid {} (exited)", flock.pid())),
+        text.contains(&format!(
+            "by pid {sleeper} `sleep 60`, which inherited it from pid {} (exited)",
+            flock.pid()
+        )),
         "{text}"
     );
     let json = holder_json(&lock);
@@ -211,17 +282,30 @@ fn holder_lists_every_shared_holder() {
     assert!(text.contains(&format!("pid {} `sleep 60`", b[0])), "{text}");
     let json = holder_json(&lock);
     assert_eq!(json["holders"].as_array().unwrap().len(), 4);
-    assert!(json["holders"].as_array().unwrap().iter().all(|h| h["mode"] == "shared"));
+    assert!(
+        json["holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["mode"] == "shared")
+    );
 }
 
 #[test]
 fn free_locks_say_who_held_them_last_and_how_it_ended() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    lockrun().arg(&lock).args(["sh", "-c", "exit 0"]).assert().success();
+    lockrun()
+        .arg(&lock)
+        .args(["sh", "-c", "exit 0"])
+        .assert()
+        .success();
     let text = holder_text(&lock);
     assert!(text.contains(": free; last held by pid "), "{text}");
-    assert!(text.contains("`sh -c 'exit 0'`") && text.ends_with(", exit 0\n"), "{text}");
+    assert!(
+        text.contains("`sh -c 'exit 0'`") && text.ends_with(", exit 0\n"),
+        "{text}"
+    );
     let json = holder_json(&lock);
     assert_eq!(json["state"], "free");
     assert_eq!(json["record_holder_alive"], false);
@@ -232,14 +316,18 @@ fn free_locks_say_who_held_them_last_and_how_it_ended() {
 fn a_holder_that_died_without_releasing_is_reported_as_crashed() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    let (mut holder, words) = Background::lockrun_holding(&[], &lock, "echo ready $$; exec sleep 60");
+    let (mut holder, words) =
+        Background::lockrun_holding(&[], &lock, "echo ready $$; exec sleep 60");
     let command_pid: i32 = words[0].parse().unwrap();
     kill(holder.pid(), "KILL");
     holder.wait_exit(BOUND);
     kill(command_pid, "KILL");
     wait_for("the lock to be free", || kernel_holders(&lock) == 0);
     let text = holder_text(&lock);
-    assert!(text.contains("crashed or was killed without releasing it"), "{text}");
+    assert!(
+        text.contains("crashed or was killed without releasing it"),
+        "{text}"
+    );
     assert_eq!(holder_json(&lock)["record_holder_alive"], false);
     lockrun().arg("check").arg(&lock).assert().code(1);
     // The next holder takes over and rewrites the record.
@@ -258,7 +346,12 @@ fn no_lock_file_is_free() {
         .success()
         .stdout(format!("{}: free, no lock file\n", lock.display()));
     lockrun().arg("check").arg(&lock).assert().code(1);
-    lockrun().args(["check", "-q"]).arg(&lock).assert().code(1).stdout("");
+    lockrun()
+        .args(["check", "-q"])
+        .arg(&lock)
+        .assert()
+        .code(1)
+        .stdout("");
     let json = holder_json(&lock);
     assert_eq!(json["state"], "free");
     assert_eq!(json["exists"], false);
@@ -270,11 +363,27 @@ fn check_json_and_quiet() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
     let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
-    lockrun().args(["check", "-q"]).arg(&lock).assert().code(0).stdout("");
-    let out = lockrun().args(["check", "--json"]).arg(&lock).output().unwrap();
+    lockrun()
+        .args(["check", "-q"])
+        .arg(&lock)
+        .assert()
+        .code(0)
+        .stdout("");
+    let out = lockrun()
+        .args(["check", "--json"])
+        .arg(&lock)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for key in ["path", "state", "holders", "record", "record_holder_alive", "reason"] {
+    for key in [
+        "path",
+        "state",
+        "holders",
+        "record",
+        "record_holder_alive",
+        "reason",
+    ] {
         assert!(json.get(key).is_some(), "{key} missing from {json}");
     }
 }
@@ -293,7 +402,11 @@ fn check_never_takes_the_lock() {
         std::thread::spawn(move || {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let status = std_lockrun().args(["check", "-q"]).arg(&lock).status().unwrap();
+                let status = std_lockrun()
+                    .args(["check", "-q"])
+                    .arg(&lock)
+                    .status()
+                    .unwrap();
                 assert!(matches!(status.code(), Some(0 | 1)));
                 n += 1;
             }
@@ -301,8 +414,17 @@ fn check_never_takes_the_lock() {
         })
     };
     for i in 0..150 {
-        let out = std_lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
-        assert!(out.status.success(), "run {i} failed beside check: {}", String::from_utf8_lossy(&out.stderr));
+        let out = std_lockrun()
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "run {i} failed beside check: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(checker.join().unwrap() > 10, "the checker hardly ran");
@@ -321,8 +443,18 @@ fn check_probe_is_what_touches_the_lock() {
     lockrun().arg(&lock).arg("true").assert().success();
     let mut failures = 0;
     for _ in 0..300 {
-        let mut taker = Command::new("flock").arg("-n").arg(&lock).args(["sleep", "0.002"]).spawn().unwrap();
-        let out = std_lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+        let mut taker = Command::new("flock")
+            .arg("-n")
+            .arg(&lock)
+            .args(["sleep", "0.002"])
+            .spawn()
+            .unwrap();
+        let out = std_lockrun()
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .output()
+            .unwrap();
         if !out.status.success() {
             failures += 1;
         }
@@ -331,7 +463,10 @@ fn check_probe_is_what_touches_the_lock() {
             break;
         }
     }
-    assert!(failures > 0, "a checker that takes the lock was never caught");
+    assert!(
+        failures > 0,
+        "a checker that takes the lock was never caught"
+    );
 }
 
 #[test]
@@ -342,7 +477,9 @@ fn unknown_when_the_holder_is_in_another_pid_namespace() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !works {
-        eprintln!("SKIPPED: unshare --pid --fork --mount-proc does not work here (needs root or user namespaces)");
+        eprintln!(
+            "SKIPPED: unshare --pid --fork --mount-proc does not work here (needs root or user namespaces)"
+        );
         return;
     }
     let dir = temp_dir();
@@ -356,11 +493,27 @@ fn unknown_when_the_holder_is_in_another_pid_namespace() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(69), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("unknown: ") && text.contains("another PID namespace"), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("unknown: ") && text.contains("another PID namespace"),
+        "{text}"
+    );
     // --probe opts into certainty.
     let out = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", common::bin(), "check", "--probe", "-q"])
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            common::bin(),
+            "check",
+            "--probe",
+            "-q",
+        ])
         .arg(&lock)
         .output()
         .unwrap();
@@ -381,7 +534,10 @@ fn hostile_records_cannot_drive_the_terminal() {
     let out = lockrun().arg("holder").arg(&lock).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "raw control characters: {text:?}");
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "raw control characters: {text:?}"
+    );
     assert!(text.contains("\\u{1b}"), "{text}");
     let json = holder_json(&lock);
     assert_eq!(json["record"]["command"][0], "evil\u{1b}]0;pwned\u{7}");
@@ -406,7 +562,11 @@ fn garbage_and_oversized_content_is_no_record() {
         .success()
         .stdout(format!("{}: free (no holder record)\n", lock.display()));
     lockrun().arg(&lock).arg("true").assert().success();
-    assert_eq!(std::fs::read(&lock).unwrap(), garbage, "foreign content was overwritten");
+    assert_eq!(
+        std::fs::read(&lock).unwrap(),
+        garbage,
+        "foreign content was overwritten"
+    );
     let big = format!("{{\"lockrun\":1,\"pad\":\"{}\"}}", "x".repeat(70_000));
     std::fs::write(&lock, &big).unwrap();
     assert!(holder_json(&lock)["record"].is_null());
@@ -423,12 +583,23 @@ fn live_status_line_on_a_terminal_only() {
     let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
     // script(1) gives lockrun a terminal as stderr.
     let inner = format!("{} -w 1.6 {} true", common::bin(), lock.display());
-    let out = Command::new("script").args(["-qec", &inner, "/dev/null"]).output().unwrap();
+    let out = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .output()
+        .unwrap();
     let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(shown.contains("\r\x1b[Klockrun: waiting for"), "no live line: {shown:?}");
+    assert!(
+        shown.contains("\r\x1b[Klockrun: waiting for"),
+        "no live line: {shown:?}"
+    );
     assert!(shown.contains(" / 1s"), "no timeout shown: {shown:?}");
     // Piped stderr: no carriage returns, no escapes.
-    let out = lockrun().args(["-w", "1.3"]).arg(&lock).arg("true").output().unwrap();
+    let out = lockrun()
+        .args(["-w", "1.3"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
 }
@@ -444,5 +615,9 @@ fn verbose_waiting_names_the_holder() {
         .arg("true")
         .assert()
         .code(75)
-        .stderr(predicate::str::contains(format!("waiting for {}, held by pid {}", lock.display(), words[0])));
+        .stderr(predicate::str::contains(format!(
+            "waiting for {}, held by pid {}",
+            lock.display(),
+            words[0]
+        )));
 }

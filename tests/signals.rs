@@ -1,0 +1,324 @@
+//! The command's life: signals forwarded, deaths by signal passed on, exec
+//! mode, descriptors, interrupted waits (issue: signals and exec).
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A command that reports every forwarded signal it receives and exits on
+/// the second USR2. `wait` on a background sleep is interrupted by trapped
+/// signals, so each trap runs at once.
+const COUNTER: &str = r#"
+for s in TERM HUP INT QUIT USR1; do trap "echo got $s" $s; done
+n=0; trap 'echo got USR2; n=$((n+1)); [ $n -ge 2 ] && exit 0' USR2
+echo ready $$
+while :; do sleep 0.05 & wait $!; done
+"#;
+
+#[test]
+fn forwarded_signals_reach_the_command_once_each() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut lockrun, _) = Background::lockrun_holding(&[], &lock, COUNTER);
+    for sig in ["TERM", "HUP", "INT", "QUIT", "USR1", "USR2"] {
+        kill(lockrun.pid(), sig);
+        assert_eq!(
+            lockrun.line(BOUND).as_deref(),
+            Some(format!("got {sig}").as_str())
+        );
+    }
+    kill(lockrun.pid(), "USR2");
+    assert_eq!(lockrun.line(BOUND).as_deref(), Some("got USR2"));
+    assert!(lockrun.wait_exit(BOUND).success());
+    assert_eq!(
+        lockrun.line(Duration::from_millis(100)),
+        None,
+        "a signal arrived twice"
+    );
+}
+
+#[test]
+fn ctrl_c_on_a_terminal_reaches_the_command_once() {
+    if !has("script") {
+        eprintln!("SKIPPED: script(1) is not installed, no pseudo-terminal to test with");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let script = dir.path().join("count.sh");
+    std::fs::write(
+        &script,
+        "trap 'echo got INT' INT\necho ready\nwhile :; do sleep 0.05 & wait $!; [ -e \"$0.stop\" ] && exit 0; done\n",
+    )
+    .unwrap();
+    let inner = format!(
+        "{} {} sh {}",
+        common::bin(),
+        lock.display(),
+        script.display()
+    );
+    let mut term = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = term.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            let _ = tx.send(String::from_utf8_lossy(&all).into_owned());
+        }
+    });
+    let mut last = String::new();
+    let mut seen = |needle: &str| {
+        let deadline = Instant::now() + BOUND;
+        while Instant::now() < deadline {
+            if let Ok(text) = rx.recv_timeout(Duration::from_millis(100)) {
+                last = text;
+            }
+            if last.contains(needle) {
+                return last.clone();
+            }
+        }
+        panic!("never saw {needle:?} in {last:?}");
+    };
+    seen("ready");
+    // ^C typed at the terminal: the kernel sends SIGINT to the whole
+    // foreground process group, lockrun and command alike.
+    term.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
+    seen("got INT");
+    std::fs::write(format!("{}.stop", script.display()), "").unwrap();
+    let deadline = Instant::now() + BOUND;
+    while term.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the command did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(seen);
+    // Everything the terminal showed, up to end of file.
+    while let Ok(text) = rx.recv_timeout(BOUND) {
+        last = text;
+    }
+    let text = last;
+    assert_eq!(
+        text.matches("got INT").count(),
+        1,
+        "Ctrl-C arrived more than once: {text:?}"
+    );
+}
+
+#[test]
+fn a_command_killed_by_a_signal_kills_lockrun_the_same_way() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    // What the shell sees, exactly as without lockrun.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "\"$0\" \"$1\" sh -c 'kill -TERM $$'; echo $?",
+            common::bin(),
+        ])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "143\n");
+    for (name, number) in [("TERM", 15), ("KILL", 9), ("SEGV", 11), ("INT", 2)] {
+        let status = std_lockrun()
+            .current_dir(dir.path())
+            .arg(&lock)
+            .args(["sh", "-c", &format!("kill -{name} $$")])
+            .status()
+            .unwrap();
+        assert_eq!(status.signal(), Some(number), "{name}: {status:?}");
+        assert!(
+            !status.core_dumped(),
+            "lockrun dumped core re-raising {name}"
+        );
+        assert_eq!(
+            record_json(&lock)["exit"],
+            serde_json::json!({ "signal": number })
+        );
+        // Released before the re-raise.
+        lockrun()
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .assert()
+            .success();
+    }
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
+    let before = std::fs::read(&lock).unwrap();
+    for (sig, code) in [("TERM", 143), ("INT", 130), ("HUP", 129)] {
+        let marker = dir.path().join("ran");
+        let mut cmd = std_lockrun();
+        cmd.arg(&lock).arg("touch").arg(&marker);
+        let mut waiter = Background::spawn(cmd);
+        wait_for("the waiter to block", || kernel_waiters(&lock) == 1);
+        let sent = Instant::now();
+        kill(waiter.pid(), sig);
+        let status = waiter.wait_exit(BOUND);
+        assert!(
+            sent.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            sent.elapsed()
+        );
+        assert_eq!(status.code(), Some(code), "{sig}: a normal exit with 128+N");
+        assert!(!marker.exists(), "the command ran");
+        assert_eq!(
+            std::fs::read(&lock).unwrap(),
+            before,
+            "the lock file changed"
+        );
+        wait_for("the waiter to leave the queue", || {
+            kernel_waiters(&lock) == 0
+        });
+    }
+}
+
+#[test]
+fn exec_mode_becomes_the_command_and_the_lock_lasts_until_it_exits() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut holder, words) =
+        Background::lockrun_holding(&["-F"], &lock, "echo ready $$; read line");
+    assert_eq!(
+        words[0],
+        holder.pid().to_string(),
+        "the command has lockrun's pid"
+    );
+    let json: serde_json::Value = serde_json::from_slice(
+        &lockrun()
+            .args(["holder", "--json"])
+            .arg(&lock)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(json["holders"][0]["pid"], holder.pid());
+    assert_eq!(json["holders"].as_array().unwrap().len(), 1);
+    lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    lockrun()
+        .arg("-n")
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .success();
+}
+
+#[test]
+fn without_close_a_background_child_keeps_the_lock() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = std_lockrun()
+        .arg(&lock)
+        .args(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+    let text =
+        String::from_utf8(lockrun().arg("holder").arg(&lock).output().unwrap().stdout).unwrap();
+    assert!(text.contains(&format!("pid {daemon} `sleep 60`")), "{text}");
+    kill(daemon, "KILL");
+    wait_for("the daemon to let go", || kernel_holders(&lock) == 0);
+}
+
+#[test]
+fn with_close_a_background_child_does_not_keep_the_lock() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = std_lockrun()
+        .arg("-o")
+        .arg(&lock)
+        .args(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(!process_gone(daemon), "the daemon should still run");
+    lockrun()
+        .arg("-n")
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .success();
+    kill(daemon, "KILL");
+}
+
+#[test]
+fn standard_streams_pass_through() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun()
+        .arg(&lock)
+        .arg("cat")
+        .write_stdin("hello\nworld\n")
+        .assert()
+        .success()
+        .stdout("hello\nworld\n");
+    lockrun()
+        .arg(&lock)
+        .args(["sh", "-c", "echo out; echo err >&2"])
+        .assert()
+        .success()
+        .stdout("out\n")
+        .stderr("err\n");
+    // 64 MiB through a pipe: lockrun is not in the data path at all.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "\"$0\" \"$1\" head -c 67108864 /dev/zero | wc -c",
+            common::bin(),
+        ])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "67108864");
+}
+
+#[test]
+fn the_command_stays_in_the_terminals_foreground_group() {
+    if !has("script") || !has("ps") {
+        eprintln!("SKIPPED: script(1) or ps(1) missing, no pseudo-terminal to test with");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let inner = format!(
+        "{} {} sh -c 'ps -o tpgid=,pgid= -p $$'",
+        common::bin(),
+        lock.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ids: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(ids.len(), 2, "{text:?}");
+    assert_eq!(
+        ids[0], ids[1],
+        "the command is not in the terminal's foreground group: {text:?}"
+    );
+}
