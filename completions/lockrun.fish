@@ -37,7 +37,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l no-record -d 'Do not wr
 complete -c lockrun -n "__fish_lockrun_needs_command" -s u -l unlock -d 'FD form only: release the lock on FD'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy or the wait times out'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Say who holds the lock while waiting, and how long acquiring took'
-complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "holder" -d 'Who holds each lock now, or held it last (never takes the lock)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'

@@ -33,10 +33,7 @@ Exit status: the command's; 75 lock busy or timed out (-E to change);
 #[command(
     name = "lockrun",
     version,
-    about = "Run a command while holding a file lock, and tell who holds it",
-    long_about = "Run a command while holding a kernel (flock) lock on a file, and record in \
-                  the lock file who holds it. The lock is released by the kernel when the \
-                  command ends, however it ends. Works with flock(1) on the same file.",
+    about = "Run a command while holding a kernel lock on a file, and tell who holds it",
     override_usage = USAGE,
     after_help = EXAMPLES,
     args_conflicts_with_subcommands = true,

@@ -126,7 +126,7 @@ fn free(report: &Report, path: &str) -> String {
             let held_for = to.duration_since(from).unwrap_or_default();
             let _ = write!(
                 text,
-                " {}–{} UTC ({}, {} ago)",
+                " {}–{} UTC (held {}, released {} ago)",
                 display::date_time(from).trim_end_matches(" UTC"),
                 display::clock(to),
                 display::span(held_for),

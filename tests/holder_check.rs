@@ -208,7 +208,7 @@ fn holder_names_a_lockrun_holder_from_its_record() {
 #[test]
 fn holder_names_a_flock_holder_from_the_kernel() {
     if !has("flock") {
-        eprintln!("SKIPPED: util-linux flock(1) is not installed");
+        skip("util-linux flock(1) is not installed");
         return;
     }
     let dir = temp_dir();
@@ -238,7 +238,7 @@ fn holder_names_a_flock_holder_from_the_kernel() {
 #[test]
 fn holder_names_the_process_that_inherited_the_lock() {
     if !has("flock") {
-        eprintln!("SKIPPED: util-linux flock(1) is not installed");
+        skip("util-linux flock(1) is not installed");
         return;
     }
     let dir = temp_dir();
@@ -435,7 +435,7 @@ fn check_probe_is_what_touches_the_lock() {
     // The control for the test above: a checker that does take the lock
     // (flock -n, like --probe) is caught by the same kind of loop.
     if !has("flock") {
-        eprintln!("SKIPPED: util-linux flock(1) is not installed");
+        skip("util-linux flock(1) is not installed");
         return;
     }
     let dir = temp_dir();
@@ -477,8 +477,8 @@ fn unknown_when_the_holder_is_in_another_pid_namespace() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !works {
-        eprintln!(
-            "SKIPPED: unshare --pid --fork --mount-proc does not work here (needs root or user namespaces)"
+        skip(
+            "unshare --pid --fork --mount-proc does not work here (needs root or user namespaces)",
         );
         return;
     }
@@ -575,7 +575,7 @@ fn garbage_and_oversized_content_is_no_record() {
 #[test]
 fn live_status_line_on_a_terminal_only() {
     if !has("script") {
-        eprintln!("SKIPPED: script(1) is not installed, no pseudo-terminal to test with");
+        skip("script(1) is not installed, no pseudo-terminal to test with");
         return;
     }
     let dir = temp_dir();

@@ -199,7 +199,7 @@ fn poll_mode_takes_the_lock_after_release() {
 #[test]
 fn lockrun_and_flock_exclude_each_other() {
     if !has("flock") {
-        eprintln!("SKIPPED: util-linux flock(1) is not installed");
+        skip("util-linux flock(1) is not installed");
         return;
     }
     let dir = temp_dir();

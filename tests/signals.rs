@@ -44,7 +44,7 @@ fn forwarded_signals_reach_the_command_once_each() {
 #[test]
 fn ctrl_c_on_a_terminal_reaches_the_command_once() {
     if !has("script") {
-        eprintln!("SKIPPED: script(1) is not installed, no pseudo-terminal to test with");
+        skip("script(1) is not installed, no pseudo-terminal to test with");
         return;
     }
     let dir = temp_dir();
@@ -298,7 +298,7 @@ fn standard_streams_pass_through() {
 #[test]
 fn the_command_stays_in_the_terminals_foreground_group() {
     if !has("script") || !has("ps") {
-        eprintln!("SKIPPED: script(1) or ps(1) missing, no pseudo-terminal to test with");
+        skip("script(1) or ps(1) missing, no pseudo-terminal to test with");
         return;
     }
     let dir = temp_dir();

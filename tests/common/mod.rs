@@ -218,3 +218,12 @@ pub fn wait_exec(pid: impl ToString, program: &str) {
             .unwrap_or(false)
     });
 }
+
+/// Says loudly that a test could not run here. Under CI
+/// (LOCKRUN_TEST_REQUIRE_ALL set by .ci/run) a skip is a failure instead.
+pub fn skip(why: &str) {
+    if std::env::var_os("LOCKRUN_TEST_REQUIRE_ALL").is_some() {
+        panic!("this test must run in CI but cannot: {why}");
+    }
+    eprintln!("\n*** SKIPPED: {why} ***\n");
+}
