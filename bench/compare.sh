@@ -67,9 +67,11 @@ LD=$(mktemp -d "$LD/locks.XXXXXX")
 [ -n "$LOCKDIR" ] && trap 'cleanup; rm -rf "$LD"' EXIT
 
 if [ "$QUICK" = 1 ]; then
-  RUNS=100 WARM=10 ROUNDS=1 HREPS=10 ITERS=50 K=50 DREPS=1 RREPS=1
+  RUNS=100 WARM=10 ROUNDS=1 HREPS=10 ITERS=50 K=50 DREPS=1 CREPS=1 RREPS=1
 else
-  RUNS=500 WARM=50 ROUNDS=2 HREPS=40 ITERS=200 K=200 DREPS=2 RREPS=3
+  # 4 rounds of 250, order reversed every other round: a burst of noise on
+  # this shared machine then hits both tools, not one.
+  RUNS=250 WARM=50 ROUNDS=4 HREPS=40 ITERS=200 K=200 DREPS=3 CREPS=3 RREPS=3
 fi
 PROCS=4
 ERRORS=0 MISSED=0
@@ -204,7 +206,7 @@ echo "# lockrun vs flock(1): $(date -u +%FT%TZ) on $(uname -srm), $(nproc) CPUs,
 echo "# lock dir $LD: $fstype"
 echo "# lockrun: $LOCKRUN ($("$LOCKRUN" --version 2>/dev/null || echo '?'))"
 echo "# $(flock --version 2>&1 | head -1); $(hyperfine --version); chpst: $([ $HAVE_CHPST = 1 ] && command -v chpst || echo 'not installed')"
-echo "# runs: overhead ${ROUNDS}x${RUNS} (warmup $WARM), handoff $HREPS, contention ${PROCS}x${ITERS}, waiters K=$K x$DREPS, rss x$RREPS"
+echo "# runs: overhead ${ROUNDS}x${RUNS} (warmup $WARM), handoff $HREPS, contention ${PROCS}x${ITERS} x$CREPS, waiters K=$K x$DREPS, rss x$RREPS"
 
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -322,17 +324,20 @@ contention_run() { # tool -> prints wall ms; checks the counter
 if want contention; then
   echo "# contention: $PROCS procs x $ITERS" >&2
   declare -A CW CC
-  for t in lockrun flock flock lockrun; do
-    contention_run "$t" >"$W/cont.out"
-    out=$(cat "$W/cont.out")
-    CW[$t]="${CW[$t]:-} ${out% *}"; CC[$t]=${out#* }
+  for ((i = 0; i < CREPS; i++)); do
+    order="lockrun flock"; [ $((i % 2)) = 1 ] && order="flock lockrun"
+    for t in $order; do
+      contention_run "$t" >"$W/cont.out"
+      out=$(cat "$W/cont.out")
+      CW[$t]="${CW[$t]:-} ${out% *}"; CC[$t]=${out#* }
+    done
   done
   lw=$(echo "${CW[lockrun]}" | tr ' ' '\n' | grep . | stats | cut -d' ' -f1)
   fw=$(echo "${CW[flock]}" | tr ' ' '\n' | grep . | stats | cut -d' ' -f1)
   r=$(ratio "$lw" "$fw")
   ok=pass; le "$r" 1.0 || ok=FAIL
   [ "${CC[lockrun]}" -eq $((PROCS * ITERS)) ] || ok=FAIL
-  row "${PROCS}x${ITERS} contended counter, wall ms (mean of 2)" "$(fmt "$lw" 0) n=${CC[lockrun]}" \
+  row "${PROCS}x${ITERS} contended counter, wall ms (median of $CREPS)" "$(fmt "$lw" 0) n=${CC[lockrun]}" \
     "$(fmt "$fw" 0) n=${CC[flock]}" "$r" "<= 1.00, n=$((PROCS * ITERS))" "$ok"
 fi
 
@@ -366,7 +371,8 @@ if want waiters; then
   [ -p "$W/fifo" ] || mkfifo "$W/fifo"
   : >"$W/drain-lockrun.ms"; : >"$W/drain-flock.ms"
   for ((i = 0; i < DREPS; i++)); do
-    for t in lockrun flock; do drain_run "$t" >>"$W/drain-$t.ms"; done
+    order="lockrun flock"; [ $((i % 2)) = 1 ] && order="flock lockrun"
+    for t in $order; do drain_run "$t" >>"$W/drain-$t.ms"; done
   done
   ld=$(stats <"$W/drain-lockrun.ms" | cut -d' ' -f1); fd_=$(stats <"$W/drain-flock.ms" | cut -d' ' -f1)
   r=$(ratio "$ld" "$fd_")

@@ -227,11 +227,8 @@ impl ChildRecord {
         ChildRecord {
             head: format!("{prefix},\"pid\":").into_bytes(),
             tail,
-            warning: format!(
-                "lockrun: could not write the holder record to {path_for_messages} (the lock is held \
-                 and the command runs; only `lockrun holder` will know less): os error "
-            )
-            .into_bytes(),
+            warning: format!("lockrun: could not write the holder record to {path_for_messages}: ")
+                .into_bytes(),
         }
     }
 
@@ -269,9 +266,30 @@ impl ChildRecord {
             let code = format_u64(errno.raw_os_error() as u64, &mut code_buf);
             let stderr = rustix::stdio::stderr();
             let _ = rustix::io::write(stderr, &self.warning);
+            let _ = rustix::io::write(stderr, describe_errno(errno).as_bytes());
+            let _ = rustix::io::write(stderr, b" (os error ");
             let _ = rustix::io::write(stderr, code);
-            let _ = rustix::io::write(stderr, b"\n");
+            let _ = rustix::io::write(stderr, RECORD_FAILED_SUFFIX.as_bytes());
         }
+    }
+}
+
+/// Said after a failed record write, by parent and child alike.
+pub const RECORD_FAILED_SUFFIX: &str =
+    "); the lock is held and the command runs without a record\n";
+
+/// Texts for the errors a record write can meet, as static strings: the
+/// child may not allocate to format an `io::Error`.
+fn describe_errno(errno: rustix::io::Errno) -> &'static str {
+    use rustix::io::Errno;
+    match errno {
+        Errno::NOSPC => "No space left on device",
+        Errno::DQUOT => "Disk quota exceeded",
+        Errno::IO => "Input/output error",
+        Errno::FBIG => "File too large",
+        Errno::ROFS => "Read-only file system",
+        Errno::BADF => "Bad file descriptor",
+        _ => "write failed",
     }
 }
 

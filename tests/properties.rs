@@ -1,0 +1,142 @@
+//! Property tests: whatever bytes a lock file holds, the record parser
+//! never panics, human output never carries a raw control character, and
+//! JSON output always parses (issue: hostile paths and bad input).
+
+use lockrun::inspect::{Holder, Report, State};
+use lockrun::record::{Exit, Record};
+use proptest::prelude::*;
+
+fn any_text() -> impl Strategy<Value = String> {
+    // Heavy on control characters and escapes, with anything else mixed in.
+    prop_oneof![
+        proptest::string::string_regex("[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}a-z \\[;\\]\\\\\"']{0,40}")
+            .unwrap(),
+        any::<String>(),
+    ]
+}
+
+fn any_record() -> impl Strategy<Value = Record> {
+    (
+        (
+            any::<Option<i64>>(),
+            any::<Option<u64>>(),
+            proptest::option::of(any_text()),
+            any::<Option<i64>>(),
+        ),
+        (
+            proptest::option::of(any_text()),
+            proptest::option::of(any_text()),
+            any::<Option<u32>>(),
+        ),
+        proptest::option::of(proptest::collection::vec(any_text(), 0..4)),
+        (
+            proptest::option::of(any_text()),
+            proptest::option::of(any_text()),
+            proptest::option::of(any_text()),
+        ),
+        (
+            proptest::option::of(any_text()),
+            any::<Option<i32>>(),
+            any::<Option<i32>>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (pid, pid_start, boot_id, lockrun_pid),
+                (host, user, uid),
+                command,
+                (cwd, mode, acquired_at),
+                (released_at, code, signal),
+            )| Record {
+                lockrun: 1,
+                pid,
+                pid_start,
+                boot_id,
+                lockrun_pid,
+                host,
+                user,
+                uid,
+                command,
+                cwd,
+                mode,
+                acquired_at,
+                version: None,
+                pid_ns: None,
+                released_at,
+                exit: (code.is_some() || signal.is_some()).then_some(Exit { code, signal }),
+            },
+        )
+}
+
+fn any_report() -> impl Strategy<Value = Report> {
+    (
+        any_text(),
+        prop_oneof![Just(State::Held), Just(State::Free), Just(State::Unknown)],
+        proptest::collection::vec(
+            (
+                any::<i32>(),
+                proptest::option::of(proptest::collection::vec(any_text(), 0..3)),
+                any::<Option<i32>>(),
+            ),
+            0..3,
+        ),
+        proptest::option::of(any_record()),
+        any::<Option<bool>>(),
+        proptest::option::of(any_text()),
+        any::<bool>(),
+        0usize..3,
+    )
+        .prop_map(
+            |(path, state, holders, record, alive, reason, exists, waiting)| Report {
+                path,
+                state,
+                holders: holders
+                    .into_iter()
+                    .map(|(pid, command, locked_by)| Holder {
+                        pid,
+                        mode: "exclusive",
+                        command,
+                        locked_by,
+                    })
+                    .collect(),
+                record,
+                record_holder_alive: alive,
+                reason,
+                exists,
+                waiting,
+                unreadable: false,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn parsing_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = Record::parse(&bytes);
+    }
+
+    #[test]
+    fn parsing_json_shaped_garbage_never_panics(text in "\\{\"lockrun\":[0-9]{1,3}(,\"[a-z_]{1,12}\":(-?[0-9]{1,25}|\"[^\"]{0,10}\"|null|\\[\\]|\\{\\}))*\\}") {
+        let _ = Record::parse(text.as_bytes());
+    }
+
+    #[test]
+    fn records_round_trip(record in any_record()) {
+        prop_assert_eq!(Record::parse(&record.to_line()), Some(record));
+    }
+
+    #[test]
+    fn human_output_has_no_raw_control_characters(report in any_report()) {
+        let text = lockrun::report::human(&report);
+        prop_assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{:?}", text);
+    }
+
+    #[test]
+    fn json_output_always_parses(report in any_report()) {
+        let json = serde_json::to_string(&report).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+        prop_assert!(back.is_object());
+    }
+}
