@@ -9,7 +9,7 @@
 use crate::exit_codes::{self, Failure};
 use crate::identity::{self, Liveness};
 use crate::lock::LockMode;
-use crate::platform::{self, KernelLock};
+use crate::platform::{self, FdHolder, KernelLock};
 use crate::record::{self, Record};
 use rustix::fs::{Mode, OFlags};
 use serde::Serialize;
@@ -122,49 +122,83 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         return Ok(report);
     }
 
-    let unreleased = report.record.as_ref().filter(|r| !r.is_released());
-    let our_ns = platform::pid_namespace();
-    let hidden_by_namespace = our_ns.is_some_and(|ns| ns != platform::INITIAL_PID_NAMESPACE);
+    let surroundings = Surroundings {
+        our_pid_ns: platform::pid_namespace(),
+        network_fs: platform::file_system_magic(path).and_then(platform::network_fs_name),
+    };
+    let descriptors = || platform::fd_holders(dev, ino).0;
+    match conclude_unseen(report.record.as_ref(), liveness, &surroundings, descriptors) {
+        Unseen::Free => {}
+        Unseen::HeldVia(found) => {
+            report.state = State::Held;
+            report.holders = found
+                .iter()
+                .map(|h| describe(h.pid, h.mode, None))
+                .collect();
+        }
+        Unseen::Unknown(reason) => {
+            report.state = State::Unknown;
+            report.reason = Some(reason);
+        }
+    }
+    Ok(report)
+}
+
+/// Where the lock file lives and where we look from.
+struct Surroundings {
+    our_pid_ns: Option<u64>,
+    network_fs: Option<&'static str>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Unseen {
+    Free,
+    HeldVia(Vec<FdHolder>),
+    Unknown(String),
+}
+
+/// The kernel's table shows no holder: is the lock free, or could the table
+/// be hiding one? Kept apart from /proc so every case can be tested,
+/// including network file systems this machine cannot mount.
+fn conclude_unseen(
+    record: Option<&Record>,
+    liveness: Option<Liveness>,
+    surroundings: &Surroundings,
+    descriptors: impl FnOnce() -> Vec<FdHolder>,
+) -> Unseen {
+    let unreleased = record.filter(|r| !r.is_released());
+    let in_child_namespace = surroundings
+        .our_pid_ns
+        .is_some_and(|ns| ns != platform::INITIAL_PID_NAMESPACE);
     if let Some(rec) = unreleased
-        && hidden_by_namespace
+        && in_child_namespace
     {
         // In a child PID namespace /proc/locks hides locks whose taker it
         // cannot see. A live recorded holder may still hold it: ask the
         // descriptors themselves.
         if liveness == Some(Liveness::Alive) {
-            let (fd_holders, _) = platform::fd_holders(dev, ino);
-            if !fd_holders.is_empty() {
-                report.state = State::Held;
-                report.holders = fd_holders
-                    .iter()
-                    .map(|h| describe(h.pid, h.mode, None))
-                    .collect();
-                return Ok(report);
+            let found = descriptors();
+            if !found.is_empty() {
+                return Unseen::HeldVia(found);
             }
         }
-        if rec.pid_ns.is_some() && rec.pid_ns != our_ns {
-            report.state = State::Unknown;
-            report.reason = Some(format!(
+        if rec.pid_ns.is_some() && rec.pid_ns != surroundings.our_pid_ns {
+            return Unseen::Unknown(format!(
                 "the record names pid {} in another PID namespace, and this namespace's lock table cannot show its locks",
                 rec.pid.unwrap_or(0)
             ));
-            return Ok(report);
         }
     }
-    if let Some(fs_name) = platform::file_system_magic(path).and_then(platform::network_fs_name) {
-        report.state = State::Unknown;
-        let host = report
-            .record
-            .as_ref()
-            .and_then(|r| r.host.clone())
+    if let Some(fs_name) = surroundings.network_fs {
+        let host = record
+            .and_then(|r| r.host.as_deref())
             .map(|h| format!("; the record names host {h}"))
             .unwrap_or_default();
-        report.reason = Some(format!(
+        return Unseen::Unknown(format!(
             "on {fs_name}: a holder on another machine does not appear in this kernel's lock table{host}"
         ));
-        return Ok(report);
     }
-    Ok(report)
+    Unseen::Free
 }
 
 /// Takes and at once releases a lock attempt: the only certain answer where
@@ -235,5 +269,119 @@ fn describe(pid: i32, mode: LockMode, locked_by: Option<i32>) -> Holder {
         mode: mode.as_str(),
         command: platform::process_cmdline(pid),
         locked_by,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST_NS: u64 = platform::INITIAL_PID_NAMESPACE;
+    const CHILD_NS: u64 = 4_026_532_178;
+
+    fn unreleased(host: &str, pid_ns: u64) -> Record {
+        Record {
+            lockrun: 1,
+            pid: Some(4243),
+            host: Some(host.into()),
+            pid_ns: Some(pid_ns),
+            ..Record::default()
+        }
+    }
+
+    fn local(ns: u64) -> Surroundings {
+        Surroundings {
+            our_pid_ns: Some(ns),
+            network_fs: None,
+        }
+    }
+
+    fn no_descriptors() -> Vec<FdHolder> {
+        Vec::new()
+    }
+
+    #[test]
+    fn a_network_file_system_is_unknown_and_names_the_recorded_host() {
+        let nfs = Surroundings {
+            our_pid_ns: Some(HOST_NS),
+            network_fs: platform::network_fs_name(0x6969),
+        };
+        let record = unreleased("db2", HOST_NS);
+        let Unseen::Unknown(reason) = conclude_unseen(
+            Some(&record),
+            Some(Liveness::CannotTell),
+            &nfs,
+            no_descriptors,
+        ) else {
+            panic!("NFS must be unknown");
+        };
+        assert!(
+            reason.starts_with("on NFS:") && reason.contains("host db2"),
+            "{reason}"
+        );
+        let cifs = Surroundings {
+            our_pid_ns: Some(HOST_NS),
+            network_fs: platform::network_fs_name(0xFF53_4D42),
+        };
+        assert!(matches!(
+            conclude_unseen(None, None, &cifs, no_descriptors),
+            Unseen::Unknown(_)
+        ));
+    }
+
+    #[test]
+    fn a_local_file_system_seen_from_the_initial_namespace_is_free() {
+        let record = unreleased("h", HOST_NS);
+        assert_eq!(
+            conclude_unseen(
+                Some(&record),
+                Some(Liveness::Dead),
+                &local(HOST_NS),
+                no_descriptors
+            ),
+            Unseen::Free
+        );
+        assert_eq!(
+            conclude_unseen(None, None, &local(HOST_NS), no_descriptors),
+            Unseen::Free
+        );
+    }
+
+    #[test]
+    fn a_holder_outside_our_child_namespace_is_unknown() {
+        let record = unreleased("h", HOST_NS);
+        let verdict = conclude_unseen(
+            Some(&record),
+            Some(Liveness::CannotTell),
+            &local(CHILD_NS),
+            no_descriptors,
+        );
+        assert!(matches!(verdict, Unseen::Unknown(r) if r.contains("another PID namespace")));
+    }
+
+    #[test]
+    fn a_live_holder_in_our_child_namespace_is_found_through_its_descriptors() {
+        let record = unreleased("h", CHILD_NS);
+        let holder = FdHolder {
+            pid: 7,
+            mode: LockMode::Exclusive,
+        };
+        let verdict = conclude_unseen(
+            Some(&record),
+            Some(Liveness::Alive),
+            &local(CHILD_NS),
+            || vec![holder.clone()],
+        );
+        assert_eq!(verdict, Unseen::HeldVia(vec![holder]));
+        // A dead one in our own namespace is simply gone.
+        assert_eq!(
+            conclude_unseen(
+                Some(&record),
+                Some(Liveness::Dead),
+                &local(CHILD_NS),
+                no_descriptors
+            ),
+            Unseen::Free
+        );
     }
 }

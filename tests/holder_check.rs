@@ -621,3 +621,48 @@ fn verbose_waiting_names_the_holder() {
             words[0]
         )));
 }
+
+#[test]
+fn holder_exits_66_when_a_lock_file_cannot_be_read() {
+    if !rustix::process::geteuid().is_root() || !has("setpriv") {
+        skip("needs root and setpriv to run lockrun as an unprivileged user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lock = lock_in(&dir);
+    lockrun().arg(&lock).arg("true").assert().success();
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            common::bin(),
+            "holder",
+        ])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(66));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("free") && text.contains("could not be read"),
+        "{text}"
+    );
+    // check needs no content: the kernel's table is enough.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            common::bin(),
+            "check",
+            "-q",
+        ])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
