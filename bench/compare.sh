@@ -5,7 +5,7 @@
 #
 #   LOCKRUN=path    lockrun binary (default target/release/lockrun, built with
 #                   `cargo build --release` if missing)
-#   --quick         fewer runs (a smoke test, about 30 s)
+#   --quick         fewer runs (a smoke test, about 10 s; a full run takes about 30 s)
 #   --only ROWS     comma list of: overhead,exec,handoff,contention,waiters,rss
 #   --dir DIR       where the lock files go (default: a new temp dir in $TMPDIR)
 #   --strict        exit 1 when a goal is missed, not only on a broken run
@@ -41,11 +41,19 @@ for t in hyperfine flock awk sort timeout stat mkfifo date; do
 done
 [ -r /proc/locks ] || die "/proc/locks is not readable (Linux with /proc needed)"
 if [ -z "${LOCKRUN:-}" ]; then
-  LOCKRUN=$ROOT/target/release/lockrun
-  if [ ! -x "$LOCKRUN" ]; then
-    command -v cargo >/dev/null 2>&1 || die "no $LOCKRUN and no cargo to build it; set LOCKRUN"
-    echo "# building $LOCKRUN" >&2
+  # target/<triple>/release when .cargo/config.toml sets build.target
+  find_built() {
+    local f
+    for f in "$ROOT"/target/release/lockrun "$ROOT"/target/*/release/lockrun; do
+      [ -x "$f" ] && { echo "$f"; return 0; }
+    done
+    return 1
+  }
+  if ! LOCKRUN=$(find_built); then
+    command -v cargo >/dev/null 2>&1 || die "no target/release/lockrun and no cargo to build it; set LOCKRUN"
+    echo "# building lockrun (cargo build --release)" >&2
     (cd "$ROOT" && cargo build --release --quiet) || die "cargo build --release failed"
+    LOCKRUN=$(find_built) || die "cargo build --release left no lockrun binary under target/"
   fi
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not an executable file"
@@ -55,8 +63,14 @@ HAVE_CHPST=0; command -v chpst >/dev/null 2>&1 && HAVE_CHPST=1
 W=$(mktemp -d "${TMPDIR:-/tmp}/lockrun-bench.XXXXXX") || die "cannot create a temp dir"
 BGPIDS=()
 cleanup() {
-  local p
-  for p in "${BGPIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  local p s
+  # Kill only what is still our own unreaped child: a pid reaped earlier may
+  # belong to someone else by now.
+  for p in "${BGPIDS[@]}"; do
+    { read -r s < "/proc/$p/stat"; } 2>/dev/null || continue
+    s=${s##*) }; s=${s#* }
+    [ "${s%% *}" = "$$" ] && kill "$p" 2>/dev/null
+  done
   rm -rf "$W"
 }
 trap cleanup EXIT

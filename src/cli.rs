@@ -37,6 +37,8 @@ Exit status: the command's; 75 lock busy or timed out (-E to change);
     override_usage = USAGE,
     after_help = EXAMPLES,
     args_conflicts_with_subcommands = true,
+    // flock(1) (getopt_long) accepts unambiguous prefixes: --excl, --time.
+    infer_long_args = true,
     disable_help_subcommand = true,
     max_term_width = 80
 )]
@@ -190,11 +192,12 @@ pub fn command() -> clap::Command {
 /// with an optional fraction as flock(1) takes them (`10`, `0.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        let secs: f64 = text
-            .parse()
-            .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-        return Duration::try_from_secs_f64(secs).map_err(|e| format!("'{text}': {e}"));
+    // A plain number is seconds, as flock(1) reads it with strtod: `10`,
+    // `0.5`, `.007`, `1e-3`.
+    if let Ok(secs) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|_| {
+            format!("'{text}' is not a number of seconds lockrun can wait (it must be finite and not negative)")
+        });
     }
     humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 10, 0.5, 250ms, 1m30s)"))
 }

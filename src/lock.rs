@@ -43,12 +43,9 @@ pub struct LockFile {
     file: File,
     path: PathBuf,
     pub is_dir: bool,
-    /// Opened read-only (no permission to write, read-only file system):
-    /// flock works on a read-only descriptor, so the lock is still real,
-    /// but there can be no record.
-    pub read_only: bool,
     pub hard_links: u64,
-    pub size: u64,
+    dev: u64,
+    ino: u64,
 }
 
 impl LockFile {
@@ -56,6 +53,12 @@ impl LockFile {
     /// link in the final component, blocking on a FIFO, or becoming a
     /// device's user. A link in /tmp pointing at /etc/passwd must not get
     /// root's cron job to create, truncate or write the target.
+    ///
+    /// The lock descriptor is read-only, as flock(1)'s: flock works on any
+    /// descriptor, a read-only file or file system still locks, and the
+    /// command that inherits it cannot write through it. Above all, a
+    /// script that locks itself can still be executed: the kernel refuses
+    /// to exec a file that is open for writing (ETXTBSY).
     ///
     /// `inherit` leaves the descriptor open across exec, so that the command
     /// holds the lock too (and keeps it if lockrun is killed).
@@ -67,24 +70,13 @@ impl LockFile {
         };
         // NONBLOCK: opening a FIFO or a device must not hang; NOCTTY: a tty
         // named as lock file must not become our controlling terminal.
-        let safe = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | cloexec;
+        let safe = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | cloexec;
         let mode = Mode::from_raw_mode(0o644);
-        let mut read_only = false;
-        let fd = match rustix::fs::open(path, OFlags::RDWR | OFlags::CREATE | safe, mode) {
+        let fd = match rustix::fs::open(path, safe | OFlags::CREATE, mode) {
             Ok(fd) => fd,
-            Err(Errno::ISDIR) => {
-                rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | safe, mode)
-                    .map_err(|e| open_failure(path, e))?
-            }
-            Err(e @ (Errno::ACCESS | Errno::ROFS | Errno::PERM | Errno::TXTBSY)) => {
-                // No right to write: lock read-only, as flock(1) does. If the
-                // file does not exist either, the first error is the one to
-                // report ("cannot create: permission denied").
-                read_only = true;
-                rustix::fs::open(path, OFlags::RDONLY | safe, mode).map_err(|second| {
-                    open_failure(path, if second == Errno::NOENT { e } else { second })
-                })?
-            }
+            // O_CREAT on an existing directory is EISDIR on Linux.
+            Err(Errno::ISDIR) => rustix::fs::open(path, safe | OFlags::DIRECTORY, mode)
+                .map_err(|e| open_failure(path, e))?,
             Err(e) => return Err(open_failure(path, e)),
         };
         let file = File::from(fd);
@@ -93,8 +85,7 @@ impl LockFile {
         let meta = file
             .metadata()
             .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot examine lock file", path, &e))?;
-        let file_type = FileType::from_raw_mode(meta.mode());
-        let is_dir = match file_type {
+        let is_dir = match FileType::from_raw_mode(meta.mode()) {
             FileType::RegularFile => false,
             FileType::Directory => true,
             other => return Err(refuse_special(path, other)),
@@ -103,10 +94,24 @@ impl LockFile {
             file,
             path: path.to_owned(),
             is_dir,
-            read_only: read_only || is_dir,
             hard_links: meta.nlink(),
-            size: meta.len(),
+            dev: meta.dev(),
+            ino: meta.ino(),
         })
+    }
+
+    /// A second, writable descriptor on the same file, for the record only.
+    /// It is close-on-exec, so the command never inherits it. Opened by path
+    /// again, so it is checked to be the very inode we locked.
+    pub fn open_for_writing(&self) -> io::Result<File> {
+        let flags =
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let file = File::from(rustix::fs::open(&self.path, flags, Mode::empty())?);
+        let meta = file.metadata()?;
+        if meta.dev() != self.dev || meta.ino() != self.ino || !meta.is_file() {
+            return Err(io::Error::other("the lock file was replaced"));
+        }
+        Ok(file)
     }
 
     /// Wraps a descriptor inherited from the caller (flock(1)'s fd form).
@@ -115,9 +120,9 @@ impl LockFile {
             file,
             path: label,
             is_dir: false,
-            read_only: true,
             hard_links: 1,
-            size: 0,
+            dev: 0,
+            ino: 0,
         }
     }
 

@@ -73,6 +73,15 @@ pub struct Exit {
     pub signal: Option<i32>,
 }
 
+impl Exit {
+    pub fn code(code: u8) -> Exit {
+        Exit {
+            code: Some(i32::from(code)),
+            signal: None,
+        }
+    }
+}
+
 impl Record {
     /// Parses lock file content. `None` for anything that is not a record of
     /// ours: a script that locks itself, another tool's pid file, garbage.
@@ -150,7 +159,9 @@ impl NoRecord {
             NoRecord::Disabled => "--no-record was given",
             NoRecord::Shared => "shared locks have many holders and get no record",
             NoRecord::Directory => "the lock is a directory",
-            NoRecord::ReadOnly => "the lock file could only be opened read-only",
+            NoRecord::ReadOnly => {
+                "the lock file cannot be opened for writing (permissions or a read-only file system)"
+            }
             NoRecord::HardLinks => {
                 "the lock file has more than one hard link, so writing it would change another name's content"
             }
@@ -164,26 +175,21 @@ impl NoRecord {
 
 /// The data-protection rule: a record goes only into an empty file or one
 /// that already holds a record of ours, and only into a regular file with
-/// one name that we could open for writing. Checked with the lock held, so
-/// no lockrun can change the content under us.
-pub fn may_write(lock: &LockFile) -> Result<(), NoRecord> {
+/// one name that we can open for writing. Checked with the lock held, so no
+/// lockrun can change the content under us. Returns the descriptor to write
+/// the record through.
+pub fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
     if lock.is_dir {
         return Err(NoRecord::Directory);
-    }
-    if lock.read_only {
-        return Err(NoRecord::ReadOnly);
     }
     if lock.hard_links > 1 {
         return Err(NoRecord::HardLinks);
     }
-    // The size from open may be stale by now (the previous holder wrote its
-    // release after we opened), so look at the content itself.
     let content = read_content(lock.file()).map_err(|_| NoRecord::Unreadable)?;
-    if content.is_empty() || Record::parse(&content).is_some() {
-        Ok(())
-    } else {
-        Err(NoRecord::ForeignContent)
+    if !content.is_empty() && Record::parse(&content).is_none() {
+        return Err(NoRecord::ForeignContent);
     }
+    lock.open_for_writing().map_err(|_| NoRecord::ReadOnly)
 }
 
 /// Replaces the record: one truncate, one write of the whole line, no fsync

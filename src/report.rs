@@ -86,6 +86,14 @@ fn held(report: &Report, path: &str) -> String {
     let mut text = match report.holders.as_slice() {
         [] => format!("{path}: held ({mode}) by a process this PID namespace cannot see"),
         [only] => format!("{path}: held ({mode}) by {}", process(only)),
+        // One exclusive lock, its descriptor inherited by several processes.
+        [first, rest @ ..] if mode == "exclusive" => {
+            let mut text = format!("{path}: held ({mode}) by {}", process(first));
+            for other in rest {
+                let _ = write!(text, "\n  also held through {}", process(other));
+            }
+            text
+        }
         many => {
             let mut text = format!(
                 "{path}: held ({mode}) by {}:",

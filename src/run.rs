@@ -15,6 +15,7 @@ use crate::record::{self, ChildRecord, Exit, Record};
 use crate::signals::Relay;
 use crate::wait::{self, NotAcquired, WaitPolicy};
 use std::ffi::OsString;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -71,7 +72,12 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
 
     let record = if opts.write_record && opts.mode == LockMode::Exclusive {
         match record::may_write(&lock) {
-            Ok(()) => Some(new_record(opts)),
+            Ok(file) => Some(Recording {
+                record: new_record(opts),
+                file,
+                label: label.clone(),
+                failed: false,
+            }),
             Err(reason) => {
                 if opts.verbose {
                     eprintln!(
@@ -101,7 +107,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     command.env("LOCKRUN_MODE", opts.mode.as_str());
 
     if opts.exec_in_place {
-        return exec_in_place(command, &lock, record, &label);
+        return Ok(exec_in_place(command, record));
     }
 
     // Signals must be caught before the command exists, or a SIGTERM in
@@ -116,12 +122,13 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         })?,
     };
 
-    if let Some(record) = &record {
-        let child_record = ChildRecord::new(record, &label);
-        let fd = lock.file().as_raw_fd();
+    if let Some(recording) = &record {
+        let child_record = ChildRecord::new(&recording.record, &label);
+        let fd = recording.file.as_raw_fd();
         // SAFETY: the closure runs between fork and exec and only makes raw
         // system calls on pre-built buffers (see ChildRecord). The
-        // descriptor is open in the child: `lock` outlives the spawn.
+        // descriptor is open in the child (close-on-exec closes it only at
+        // the exec): `record` outlives the spawn.
         unsafe {
             command.pre_exec(move || {
                 child_record.write_from_child(BorrowedFd::borrow_raw(fd));
@@ -139,17 +146,8 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
                 display::escape(&opts.command[0].to_string_lossy()),
                 describe_spawn_error(&e)
             );
-            if let Some(record) = record {
-                finish_record(
-                    &lock,
-                    record,
-                    None,
-                    Exit {
-                        code: Some(i32::from(status)),
-                        signal: None,
-                    },
-                    &label,
-                );
+            if let Some(recording) = record {
+                recording.finish(None, Exit::code(status));
             }
             return Ok(Ending::Status(status));
         }
@@ -170,8 +168,8 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         code: status.code(),
         signal: status.signal(),
     };
-    if let Some(record) = record {
-        finish_record(&lock, record, Some((pid, start)), exit, &label);
+    if let Some(recording) = record {
+        recording.finish(Some((pid, start)), exit);
     }
     drop(lock);
     Ok(match (status.code(), status.signal()) {
@@ -246,20 +244,16 @@ fn new_record(opts: &RunOptions) -> Record {
 
 /// `-F`: the record names our own pid, which the command keeps across exec;
 /// there is nobody left to write a release, so the record has none.
-fn exec_in_place(
-    mut command: Command,
-    lock: &LockFile,
-    record: Option<Record>,
-    label: &str,
-) -> Result<Ending, Failure> {
+fn exec_in_place(mut command: Command, record: Option<Recording>) -> Ending {
     let me = std::process::id() as i32;
-    let record = record.map(|mut record| {
-        record.pid = Some(i64::from(me));
-        record.pid_start = crate::platform::process_start_time(me);
-        if let Err(e) = record::write(lock.file(), &record.to_line()) {
-            warn_record_failed(label, &e);
+    let record = record.map(|mut recording| {
+        recording.record.pid = Some(i64::from(me));
+        recording.record.pid_start = crate::platform::process_start_time(me);
+        if let Err(e) = record::write(&recording.file, &recording.record.to_line()) {
+            warn_record_failed(&recording.label, &e);
+            recording.failed = true;
         }
-        record
+        recording
     });
     let error = command.exec();
     let status = spawn_failure_status(&error);
@@ -268,19 +262,10 @@ fn exec_in_place(
         display::escape(&command.get_program().to_string_lossy()),
         describe_spawn_error(&error)
     );
-    if let Some(record) = record {
-        finish_record(
-            lock,
-            record,
-            None,
-            Exit {
-                code: Some(i32::from(status)),
-                signal: None,
-            },
-            label,
-        );
+    if let Some(recording) = record {
+        recording.finish(None, Exit::code(status));
     }
-    Ok(Ending::Status(status))
+    Ending::Status(status)
 }
 
 /// Blocks until the command has exited, without reaping it: while it is a
@@ -302,32 +287,34 @@ fn wait_until_exited(pid: i32) {
     }
 }
 
-fn finish_record(
-    lock: &LockFile,
-    mut record: Record,
-    child: Option<(i32, Option<u64>)>,
-    exit: Exit,
-    label: &str,
-) {
-    // An empty file here means the child could not write the record and has
-    // already said so: one warning is enough.
-    if child.is_some()
-        && lock
-            .file()
-            .metadata()
-            .map(|m| m.len() == 0)
-            .unwrap_or(false)
-    {
-        return;
-    }
-    if let Some((pid, start)) = child {
-        record.pid = Some(i64::from(pid));
-        record.pid_start = start;
-    }
-    record.released_at = Some(display::now_rfc3339());
-    record.exit = Some(exit);
-    if let Err(e) = record::write(lock.file(), &record.to_line()) {
-        warn_record_failed(label, &e);
+/// A record being kept for this run, and the writable descriptor for it.
+struct Recording {
+    record: Record,
+    file: File,
+    label: String,
+    /// A write failed and the user was told: do not write again.
+    failed: bool,
+}
+
+impl Recording {
+    /// Adds the release to the record: who ran, when it ended, how.
+    fn finish(mut self, child: Option<(i32, Option<u64>)>, exit: Exit) {
+        // An empty file here means the child could not write the record and
+        // has already said so: one warning is enough.
+        let child_failed =
+            child.is_some() && self.file.metadata().map(|m| m.len() == 0).unwrap_or(false);
+        if self.failed || child_failed {
+            return;
+        }
+        if let Some((pid, start)) = child {
+            self.record.pid = Some(i64::from(pid));
+            self.record.pid_start = start;
+        }
+        self.record.released_at = Some(display::now_rfc3339());
+        self.record.exit = Some(exit);
+        if let Err(e) = record::write(&self.file, &self.record.to_line()) {
+            warn_record_failed(&self.label, &e);
+        }
     }
 }
 

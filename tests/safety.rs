@@ -219,7 +219,7 @@ fn a_read_only_lock_file_still_locks_without_a_record() {
             String::from_utf8_lossy(&out.stderr)
         );
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("could only be opened read-only"), "{err}");
+        assert!(err.contains("cannot be opened for writing"), "{err}");
         let holder = Background::spawn(as_nobody("echo ready; exec sleep 60"));
         holder.expect_ready();
         lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);

@@ -139,7 +139,6 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
     let Ok(procs) = fs::read_dir("/proc") else {
         return (holders, false);
     };
-    let me = std::process::id() as i32;
     for entry in procs.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -148,9 +147,6 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
         else {
             continue;
         };
-        if pid == me {
-            continue;
-        }
         let fd_dir = format!("/proc/{pid}/fd");
         let fds = match fs::read_dir(&fd_dir) {
             Ok(fds) => fds,
