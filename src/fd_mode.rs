@@ -8,6 +8,7 @@
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::lock::{LockFile, LockMode};
+use crate::signals;
 use crate::wait::{self, NotAcquired, WaitObserver, WaitPolicy};
 use std::fs::File;
 use std::os::fd::{BorrowedFd, FromRawFd};
@@ -53,13 +54,19 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
         })?;
         return Ok(0);
     }
+    signals::install().map_err(|e| {
+        Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot set up signal handling: {e}"),
+        )
+    })?;
     match wait::acquire(&lock, opts.mode, opts.wait, &mut Silent) {
-        Ok(acquired) => {
+        Ok(waited) => {
             if opts.verbose {
                 eprintln!(
                     "lockrun: took the {} lock on {label} after {}",
                     opts.mode.as_str(),
-                    display::span(acquired.waited)
+                    display::span(waited)
                 );
             }
             Ok(0)

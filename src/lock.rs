@@ -20,7 +20,6 @@ use std::fs::{File, TryLockError};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockMode {
@@ -147,27 +146,27 @@ impl LockFile {
         }
     }
 
-    /// Starts a blocking kernel wait on a helper thread and reports on
-    /// `done`. The kernel hands the lock over the moment it is released, so
-    /// a waiter never sleeps past a release as a polling loop would; the
-    /// caller keeps its own thread free to enforce a deadline and react to
-    /// signals. The helper locks a duplicate descriptor: flock locks belong
-    /// to the open file description, which the duplicate shares.
-    pub fn lock_in_background<T: Send + 'static>(
+    /// Starts a blocking kernel wait on a helper thread, which calls `done`
+    /// with the result. The kernel hands the lock over the moment it is
+    /// released, so a waiter never sleeps past a release as a polling loop
+    /// would; the caller keeps its own thread free to enforce a deadline and
+    /// react to signals. The helper locks a duplicate descriptor: flock
+    /// locks belong to the open file description, which the duplicate shares.
+    pub fn lock_in_background(
         &self,
         mode: LockMode,
-        done: Sender<T>,
-        wrap: fn(io::Result<()>) -> T,
+        done: impl FnOnce(io::Result<()>) + Send + 'static,
     ) -> io::Result<()> {
         let dup = self.file.try_clone()?;
         std::thread::Builder::new()
             .name("lock-wait".into())
+            .stack_size(64 * 1024)
             .spawn(move || {
                 let result = match mode {
                     LockMode::Exclusive => dup.lock(),
                     LockMode::Shared => dup.lock_shared(),
                 };
-                let _ = done.send(wrap(result));
+                done(result);
             })?;
         Ok(())
     }

@@ -15,7 +15,9 @@ pub struct Progress<'a> {
     lock: &'a LockFile,
     label: String,
     verbose: bool,
-    live: bool,
+    quiet: bool,
+    /// Whether stderr is a terminal, asked only once waiting begins.
+    live: Option<bool>,
     timeout: Option<Duration>,
     announced: bool,
     line_shown: bool,
@@ -29,12 +31,12 @@ impl<'a> Progress<'a> {
         quiet: bool,
         timeout: Option<Duration>,
     ) -> Self {
-        use std::io::IsTerminal;
         Progress {
             lock,
             label,
             verbose,
-            live: !quiet && std::io::stderr().is_terminal(),
+            quiet,
+            live: None,
             timeout,
             announced: false,
             line_shown: false,
@@ -51,7 +53,11 @@ impl WaitObserver for Progress<'_> {
                 .unwrap_or_else(|| "held by a process that left no holder record".to_owned());
             eprintln!("lockrun: waiting for {}, {held}", self.label);
         }
-        if self.live && waited >= Duration::from_secs(1) {
+        let live = *self.live.get_or_insert_with(|| {
+            use std::io::IsTerminal;
+            !self.quiet && std::io::stderr().is_terminal()
+        });
+        if live && waited >= Duration::from_secs(1) {
             let holder = held_by(self.lock).unwrap_or_else(|| "another process".to_owned());
             let limit = self
                 .timeout

@@ -125,20 +125,33 @@ pub fn recordable_command(argv: &[std::ffi::OsString]) -> Vec<String> {
     out
 }
 
-/// Reads what the lock file holds, at most [`MAX_RECORD_BYTES`].
+/// Reads what the lock file holds, at most [`MAX_RECORD_BYTES`] (and one
+/// byte more, so that an oversized file is recognised as such). A record is
+/// a few hundred bytes: one small read is the common case.
 pub fn read_content(file: &std::fs::File) -> io::Result<Vec<u8>> {
+    let mut first = [0u8; 4096];
+    let n = read_at_most(file, &mut first, 0)?;
+    if n < first.len() {
+        return Ok(first[..n].to_vec());
+    }
     let mut buf = vec![0u8; MAX_RECORD_BYTES as usize + 1];
+    buf[..n].copy_from_slice(&first);
+    let rest = read_at_most(file, &mut buf[n..], n as u64)?;
+    buf.truncate(n + rest);
+    Ok(buf)
+}
+
+fn read_at_most(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
-        match file.read_at(&mut buf[filled..], filled as u64) {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    buf.truncate(filled);
-    Ok(buf)
+    Ok(filled)
 }
 
 /// Why no record is written, for `-v`.
@@ -192,23 +205,22 @@ pub fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
     lock.open_for_writing().map_err(|_| NoRecord::ReadOnly)
 }
 
-/// Replaces the record: one truncate, one write of the whole line, no fsync
-/// (the record is diagnostic; after a power cut the kernel lock is gone
-/// anyway). On a failed or short write the file is emptied again, so that a
-/// half-written record never claims the lock for someone else.
+/// Replaces the record: one write of the whole line, then one truncate to
+/// its length (cheap when the file already has that size, and the file
+/// never shrinks to nothing in between), no fsync: the record is
+/// diagnostic, and after a power cut the kernel lock is gone anyway. On a
+/// failed or short write the file is emptied, so that a half-written record
+/// never claims the lock for someone else.
 pub fn write(file: &std::fs::File, line: &[u8]) -> io::Result<()> {
-    file.set_len(0)?;
-    match file.write_at(line, 0) {
-        Ok(n) if n == line.len() => Ok(()),
-        Ok(_) => {
-            let _ = file.set_len(0);
-            Err(io::Error::new(io::ErrorKind::WriteZero, "short write"))
-        }
-        Err(e) => {
-            let _ = file.set_len(0);
-            Err(e)
-        }
+    let result = match file.write_at(line, 0) {
+        Ok(n) if n == line.len() => file.set_len(n as u64),
+        Ok(_) => Err(io::Error::new(io::ErrorKind::WriteZero, "short write")),
+        Err(e) => Err(e),
+    };
+    if result.is_err() {
+        let _ = file.set_len(0);
     }
+    result
 }
 
 /// A record prepared by the parent and completed by the forked child before
@@ -257,15 +269,13 @@ impl ChildRecord {
             io::IoSlice::new(&self.tail),
         ];
         let expected: usize = parts.iter().map(|p| p.len()).sum();
-        let result = rustix::fs::ftruncate(fd, 0)
-            .and_then(|()| rustix::io::pwritev(fd, &parts, 0))
-            .and_then(|n| {
-                if n == expected {
-                    Ok(())
-                } else {
-                    Err(rustix::io::Errno::NOSPC)
-                }
-            });
+        let result = rustix::io::pwritev(fd, &parts, 0).and_then(|n| {
+            if n == expected {
+                rustix::fs::ftruncate(fd, n as u64)
+            } else {
+                Err(rustix::io::Errno::NOSPC)
+            }
+        });
         if let Err(errno) = result {
             let _ = rustix::fs::ftruncate(fd, 0);
             let mut code_buf = [0u8; 20];

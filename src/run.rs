@@ -12,7 +12,7 @@ use crate::identity::Me;
 use crate::lock::{LockFile, LockMode};
 use crate::progress::{self, Progress};
 use crate::record::{self, ChildRecord, Exit, Record};
-use crate::signals::Relay;
+use crate::signals;
 use crate::wait::{self, NotAcquired, WaitPolicy};
 use std::ffi::OsString;
 use std::fs::File;
@@ -51,6 +51,31 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let lock = LockFile::open(&opts.path, !opts.close_before_exec)?;
     let label = display::escape(&opts.path.to_string_lossy());
 
+    // Signals must be caught from here on: while waiting they end the wait,
+    // and once the command exists they are forwarded to it. Installed
+    // before the command exists, or a SIGTERM in between would kill lockrun
+    // and never reach the command.
+    signals::install().map_err(|e| {
+        Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot set up signal handling: {e}"),
+        )
+    })?;
+
+    // Everything that does not need the lock is prepared before taking it,
+    // so that a waiter that gets the lock starts its command at once.
+    let cwd = std::env::current_dir().ok();
+    let wants_record = opts.write_record && opts.mode == LockMode::Exclusive;
+    let mut prepared = wants_record.then(|| new_record(opts, cwd.as_deref()));
+    let mut command = Command::new(&opts.command[0]);
+    command.args(&opts.command[1..]);
+    let absolute = match &cwd {
+        Some(cwd) if opts.path.is_relative() => cwd.join(&opts.path),
+        _ => opts.path.clone(),
+    };
+    command.env("LOCKRUN_LOCKFILE", absolute);
+    command.env("LOCKRUN_MODE", opts.mode.as_str());
+
     let mut progress = Progress::new(
         &lock,
         label.clone(),
@@ -58,7 +83,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         opts.quiet,
         opts.wait.timeout,
     );
-    let acquired = match wait::acquire(&lock, opts.mode, opts.wait, &mut progress) {
+    let waited = match wait::acquire(&lock, opts.mode, opts.wait, &mut progress) {
         Ok(acquired) => acquired,
         Err(not) => return not_acquired(not, &lock, &label, opts.quiet, opts.conflict_status),
     };
@@ -66,61 +91,43 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         eprintln!(
             "lockrun: took the {} lock on {label} after {}",
             opts.mode.as_str(),
-            display::span(acquired.waited)
+            display::span(waited)
         );
     }
 
-    let record = if opts.write_record && opts.mode == LockMode::Exclusive {
-        match record::may_write(&lock) {
-            Ok(file) => Some(Recording {
-                record: new_record(opts),
-                file,
-                label: label.clone(),
-                failed: false,
-            }),
-            Err(reason) => {
-                if opts.verbose {
-                    eprintln!(
-                        "lockrun: no holder record for {label}: {}",
-                        reason.explain()
-                    );
-                }
-                None
-            }
-        }
-    } else {
+    let no_record = |reason: record::NoRecord| {
         if opts.verbose && opts.write_record {
             eprintln!(
                 "lockrun: no holder record for {label}: {}",
-                record::NoRecord::Shared.explain()
+                reason.explain()
             );
         }
-        None
     };
-
-    let mut command = Command::new(&opts.command[0]);
-    command.args(&opts.command[1..]);
-    command.env(
-        "LOCKRUN_LOCKFILE",
-        std::path::absolute(&opts.path).unwrap_or_else(|_| opts.path.clone()),
-    );
-    command.env("LOCKRUN_MODE", opts.mode.as_str());
+    let record = match prepared.take() {
+        None => {
+            no_record(record::NoRecord::Shared);
+            None
+        }
+        Some(mut record) => match record::may_write(&lock) {
+            Ok(file) => {
+                record.acquired_at = Some(display::now_rfc3339());
+                Some(Recording {
+                    record,
+                    file,
+                    label: label.clone(),
+                    failed: false,
+                })
+            }
+            Err(reason) => {
+                no_record(reason);
+                None
+            }
+        },
+    };
 
     if opts.exec_in_place {
         return Ok(exec_in_place(command, record));
     }
-
-    // Signals must be caught before the command exists, or a SIGTERM in
-    // between would kill lockrun and never reach the command.
-    let relay = match acquired.relay {
-        Some(relay) => relay,
-        None => Relay::install_starting().map_err(|e| {
-            Failure::new(
-                exit_codes::OS_ERROR,
-                format!("cannot set up signal handling: {e}"),
-            )
-        })?,
-    };
 
     if let Some(recording) = &record {
         let child_record = ChildRecord::new(&recording.record, &label);
@@ -153,10 +160,10 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         }
     };
     let pid = child.id() as i32;
-    relay.command_started(pid);
+    signals::command_started(pid);
 
     wait_until_exited(pid);
-    relay.command_exited();
+    signals::command_exited();
     let start = crate::platform::process_start_time(pid);
     let status = child.wait().map_err(|e| {
         Failure::new(
@@ -218,7 +225,7 @@ fn not_acquired(
     }
 }
 
-fn new_record(opts: &RunOptions) -> Record {
+fn new_record(opts: &RunOptions, cwd: Option<&std::path::Path>) -> Record {
     let me = Me::gather();
     Record {
         lockrun: record::FORMAT,
@@ -230,11 +237,9 @@ fn new_record(opts: &RunOptions) -> Record {
         user: me.user,
         uid: Some(me.uid),
         command: Some(record::recordable_command(&opts.command)),
-        cwd: std::env::current_dir()
-            .ok()
-            .map(|d| d.to_string_lossy().into_owned()),
+        cwd: cwd.map(|d| d.to_string_lossy().into_owned()),
         mode: Some(opts.mode.as_str().to_owned()),
-        acquired_at: Some(display::now_rfc3339()),
+        acquired_at: None,
         version: Some(env!("CARGO_PKG_VERSION").to_owned()),
         pid_ns: me.pid_ns,
         released_at: None,

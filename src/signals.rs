@@ -3,14 +3,17 @@
 //! lockrun is meant for the command; a command that dies by a signal makes
 //! lockrun die by the same signal, so the caller sees what it would have
 //! seen without lockrun.
+//!
+//! The handlers do all their work inside the signal handler with
+//! async-signal-safe calls (atomics, kill, write): no thread is started for
+//! signals, so the uncontended path stays a single-threaded process, which
+//! forks cheaply and has no thread to race with the reaping of the command.
 
-use crate::wait::Wake;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
-use signal_hook::iterator::SignalsInfo;
-use signal_hook::iterator::exfiltrator::WithRawSiginfo;
 use std::io;
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Once;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::SeqCst};
 
 pub const FORWARDED: [i32; 6] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2];
 
@@ -20,94 +23,77 @@ pub const FORWARDED: [i32; 6] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGU
 /// Ctrl-C arrive twice.
 const SI_KERNEL: i32 = 0x80;
 
-enum Phase {
-    /// Waiting for the lock: a signal ends the wait.
-    Waiting(Sender<Wake>),
-    /// Lock held, command not yet started: keep signals for it.
-    Starting(Vec<i32>),
-    Running(i32),
-    /// The command has exited (it may be a zombie not yet reaped): its pid
-    /// must not be signalled any more, it could soon belong to someone else.
-    Done,
-}
+/// The command's pid once it runs; 0 before; -1 once it has exited (it may
+/// be a zombie not yet reaped: its pid must not be signalled any more, it
+/// could soon belong to someone else).
+static COMMAND: AtomicI32 = AtomicI32::new(0);
+/// Signals that arrived before the command existed, one bit each.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+/// Write end of the wake-up pipe while lockrun waits for the lock, else -1.
+static WAKE: AtomicI32 = AtomicI32::new(-1);
 
-/// Catches the forwarded signals from the moment it is installed.
-pub struct Relay {
-    phase: Arc<Mutex<Phase>>,
-}
+static INSTALL: Once = Once::new();
 
-impl Relay {
-    pub fn install_waiting(wake: Sender<Wake>) -> io::Result<Relay> {
-        Relay::install(Phase::Waiting(wake))
-    }
-
-    pub fn install_starting() -> io::Result<Relay> {
-        Relay::install(Phase::Starting(Vec::new()))
-    }
-
-    fn install(initial: Phase) -> io::Result<Relay> {
-        let phase = Arc::new(Mutex::new(initial));
-        let mut signals = SignalsInfo::<WithRawSiginfo>::new(FORWARDED)?;
-        let shared = Arc::clone(&phase);
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || {
-                for info in signals.forever() {
-                    deliver(&shared, info.si_signo, info.si_code == SI_KERNEL);
-                }
-            })?;
-        Ok(Relay { phase })
-    }
-
-    /// The lock is ours; signals from now on are kept for the command.
-    pub fn lock_taken(&self) {
-        let mut phase = lock(&self.phase);
-        if matches!(*phase, Phase::Waiting(_)) {
-            *phase = Phase::Starting(Vec::new());
-        }
-    }
-
-    /// The command runs as `pid`: hand it whatever arrived meanwhile.
-    pub fn command_started(&self, pid: i32) {
-        let mut phase = lock(&self.phase);
-        if let Phase::Starting(pending) = &*phase {
-            for &sig in pending {
-                send(pid, sig);
+/// Starts catching the forwarded signals. Idempotent.
+pub fn install() -> io::Result<()> {
+    let mut result = Ok(());
+    INSTALL.call_once(|| {
+        for sig in FORWARDED {
+            // SAFETY: `on_signal` only uses async-signal-safe operations.
+            let registered = unsafe {
+                signal_hook_registry::register_sigaction(sig, move |info| {
+                    on_signal(sig, info.si_code == SI_KERNEL)
+                })
+            };
+            if let Err(e) = registered {
+                result = Err(e);
+                return;
             }
         }
-        *phase = Phase::Running(pid);
-    }
+    });
+    result
+}
 
-    /// Call before reaping the command, so no signal can reach a reused pid.
-    pub fn command_exited(&self) {
-        *lock(&self.phase) = Phase::Done;
+fn on_signal(sig: i32, from_kernel: bool) {
+    let command = COMMAND.load(SeqCst);
+    if command > 0 {
+        if !from_kernel {
+            send(command, sig);
+        }
+        return;
+    }
+    if command < 0 {
+        return;
+    }
+    PENDING.fetch_or(1 << sig, SeqCst);
+    let wake = WAKE.load(SeqCst);
+    if wake >= 0 {
+        // SAFETY: the pipe stays open while WAKE names it (see WakePipe).
+        let _ = rustix::io::write(unsafe { BorrowedFd::borrow_raw(wake) }, &[sig as u8]);
     }
 }
 
-fn lock(phase: &Mutex<Phase>) -> MutexGuard<'_, Phase> {
-    phase
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The first signal that arrived before the command started, if any.
+pub fn pending() -> Option<i32> {
+    let bits = PENDING.load(SeqCst);
+    (bits != 0).then(|| bits.trailing_zeros() as i32)
 }
 
-fn deliver(phase: &Mutex<Phase>, sig: i32, from_kernel: bool) {
-    let mut phase = lock(phase);
-    match &mut *phase {
-        Phase::Waiting(wake) => {
-            let _ = wake.send(Wake::Signal(sig));
-        }
-        Phase::Starting(pending) => {
-            // The command will be in our process group and get a terminal's
-            // signal itself only if it exists when the signal is sent.
-            pending.push(sig);
-        }
-        Phase::Running(pid) => {
-            if !from_kernel {
-                send(*pid, sig);
-            }
-        }
-        Phase::Done => {}
+/// The command runs as `pid`: from now on signals go to it, starting with
+/// any that arrived meanwhile.
+pub fn command_started(pid: i32) {
+    COMMAND.store(pid, SeqCst);
+    let mut bits = PENDING.swap(0, SeqCst);
+    while bits != 0 {
+        let sig = bits.trailing_zeros() as i32;
+        send(pid, sig);
+        bits &= bits - 1;
     }
+}
+
+/// Call before reaping the command, so no signal can reach a reused pid.
+pub fn command_exited() {
+    COMMAND.store(-1, SeqCst);
 }
 
 fn send(pid: i32, sig: i32) {
@@ -118,6 +104,55 @@ fn send(pid: i32, sig: i32) {
         return;
     };
     let _ = rustix::process::kill_process(pid, sig);
+}
+
+/// A self-pipe that wakes a waiting lockrun: the signal handler writes the
+/// signal's number, the lock-waiting thread writes [`LOCKED`].
+pub struct WakePipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+/// The byte the lock-waiting thread writes when its flock call returns.
+pub const LOCKED: u8 = 0;
+
+impl WakePipe {
+    pub fn new() -> io::Result<WakePipe> {
+        use rustix::pipe::{PipeFlags, pipe_with};
+        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        WAKE.store(write.as_raw_fd(), SeqCst);
+        Ok(WakePipe { read, write })
+    }
+
+    pub fn writer(&self) -> io::Result<OwnedFd> {
+        self.write.try_clone()
+    }
+
+    /// Waits up to `timeout` for a byte; `None` when none came.
+    pub fn wait(&self, timeout: std::time::Duration) -> io::Result<Option<u8>> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut fds = [PollFd::new(&self.read, PollFlags::IN)];
+        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut byte = [0u8; 1];
+        match rustix::io::read(self.read.as_fd(), &mut byte) {
+            Ok(1) => Ok(Some(byte[0])),
+            Ok(_) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for WakePipe {
+    fn drop(&mut self) {
+        WAKE.store(-1, SeqCst);
+    }
 }
 
 /// Ends lockrun the way the command ended: by signal `sig`. The default

@@ -2,20 +2,16 @@
 //! a deadline, and interruptible by signals.
 //!
 //! The uncontended case costs one non-blocking flock and nothing else: no
-//! thread, no signal handler. Only when the lock is busy does lockrun start
-//! the machinery for waiting.
+//! thread, no pipe. Only when the lock is busy does lockrun start the
+//! machinery for waiting: a helper thread blocked in flock, and a self-pipe
+//! that the helper and the signal handlers write to, which the main thread
+//! waits on with the deadline as its timeout.
 
 use crate::lock::{LockFile, LockMode};
-use crate::signals::Relay;
+use crate::signals::{self, LOCKED, WakePipe};
 use std::io;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// What can end a wait.
-pub enum Wake {
-    Locked(io::Result<()>),
-    Signal(i32),
-}
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WaitPolicy {
@@ -39,13 +35,6 @@ pub trait WaitObserver {
     fn done(&mut self);
 }
 
-pub struct Acquired {
-    pub waited: Duration,
-    /// Present when waiting installed signal handling; it keeps catching
-    /// signals for the command.
-    pub relay: Option<Relay>,
-}
-
 pub enum NotAcquired {
     /// Held by someone else and `-n`, or the timeout ran out.
     Busy {
@@ -57,19 +46,17 @@ pub enum NotAcquired {
 
 const TICK: Duration = Duration::from_millis(250);
 
+/// Takes the lock according to `policy`; returns how long that took. The
+/// caller must have called [`signals::install`], so that a signal ends the
+/// wait.
 pub fn acquire(
     lock: &LockFile,
     mode: LockMode,
     policy: WaitPolicy,
     observer: &mut dyn WaitObserver,
-) -> Result<Acquired, NotAcquired> {
+) -> Result<Duration, NotAcquired> {
     match lock.try_lock(mode) {
-        Ok(true) => {
-            return Ok(Acquired {
-                waited: Duration::ZERO,
-                relay: None,
-            });
-        }
+        Ok(true) => return Ok(Duration::ZERO),
         Ok(false) if !policy.waits() => {
             return Err(NotAcquired::Busy {
                 waited: Duration::ZERO,
@@ -78,21 +65,44 @@ pub fn acquire(
         Ok(false) => {}
         Err(e) => return Err(NotAcquired::Failed(e)),
     }
-
     let start = Instant::now();
+    let result = wait(lock, mode, policy, start, observer);
+    observer.done();
+    result?;
+    // A signal that raced with the acquisition was meant to end the wait.
+    if let Some(sig) = signals::pending() {
+        return Err(NotAcquired::Interrupted(sig));
+    }
+    Ok(start.elapsed())
+}
+
+fn wait(
+    lock: &LockFile,
+    mode: LockMode,
+    policy: WaitPolicy,
+    start: Instant,
+    observer: &mut dyn WaitObserver,
+) -> Result<(), NotAcquired> {
+    let wake = WakePipe::new().map_err(NotAcquired::Failed)?;
+    if let Some(sig) = signals::pending() {
+        return Err(NotAcquired::Interrupted(sig));
+    }
     let deadline = policy.timeout.map(|t| start + t);
-    let (wake, woken) = mpsc::channel();
-    let relay = Relay::install_waiting(wake.clone()).map_err(NotAcquired::Failed)?;
+    let (report, outcome) = mpsc::channel();
     if policy.poll.is_none() {
-        lock.lock_in_background(mode, wake, Wake::Locked)
-            .map_err(NotAcquired::Failed)?;
+        let writer = wake.writer().map_err(NotAcquired::Failed)?;
+        lock.lock_in_background(mode, move |result| {
+            let _ = report.send(result);
+            let _ = rustix::io::write(&writer, &[LOCKED]);
+        })
+        .map_err(NotAcquired::Failed)?;
     }
     let mut next_poll = policy.poll.map(|p| start + p);
-
-    let result = loop {
+    observer.waiting(Duration::ZERO);
+    loop {
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            break Err(NotAcquired::Busy {
+            return Err(NotAcquired::Busy {
                 waited: now - start,
             });
         }
@@ -100,35 +110,29 @@ pub fn acquire(
         for limit in [deadline, next_poll].into_iter().flatten() {
             until = until.min(limit);
         }
-        match woken.recv_timeout(until.saturating_duration_since(now)) {
-            Ok(Wake::Locked(Ok(()))) => break Ok(()),
-            Ok(Wake::Locked(Err(e))) => break Err(NotAcquired::Failed(e)),
-            Ok(Wake::Signal(sig)) => break Err(NotAcquired::Interrupted(sig)),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        match wake.wait(until.saturating_duration_since(now)) {
+            Ok(Some(LOCKED)) => {
+                return match outcome.try_recv() {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(NotAcquired::Failed(e)),
+                    Err(_) => Err(NotAcquired::Failed(io::Error::other(
+                        "the lock-waiting thread vanished",
+                    ))),
+                };
+            }
+            Ok(Some(sig)) => return Err(NotAcquired::Interrupted(i32::from(sig))),
+            Ok(None) => {}
+            Err(e) => return Err(NotAcquired::Failed(e)),
         }
         if let (Some(interval), Some(due)) = (policy.poll, next_poll)
             && Instant::now() >= due
         {
             match lock.try_lock(mode) {
-                Ok(true) => break Ok(()),
+                Ok(true) => return Ok(()),
                 Ok(false) => next_poll = Some(Instant::now() + interval),
-                Err(e) => break Err(NotAcquired::Failed(e)),
+                Err(e) => return Err(NotAcquired::Failed(e)),
             }
         }
         observer.waiting(start.elapsed());
-    };
-    observer.done();
-    result?;
-
-    relay.lock_taken();
-    // A signal that raced with the acquisition was meant to end the wait.
-    while let Ok(event) = woken.try_recv() {
-        if let Wake::Signal(sig) = event {
-            return Err(NotAcquired::Interrupted(sig));
-        }
     }
-    Ok(Acquired {
-        waited: start.elapsed(),
-        relay: Some(relay),
-    })
 }

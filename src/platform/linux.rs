@@ -13,8 +13,18 @@ use std::path::Path;
 /// child namespace it hides locks whose owner it cannot see.
 pub const INITIAL_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
 
+/// Reads a small /proc file with one read(2) into a stack buffer: /proc
+/// files are generated whole on the first read, and these are short.
+/// (`fs::read` would stat and read twice, and allocate.)
+fn read_small(path: &str, buf: &mut [u8; 1024]) -> Option<usize> {
+    use std::io::Read;
+    fs::File::open(path).ok()?.read(buf).ok()
+}
+
 pub fn boot_id() -> Option<String> {
-    let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let mut buf = [0u8; 1024];
+    let n = read_small("/proc/sys/kernel/random/boot_id", &mut buf)?;
+    let id = std::str::from_utf8(&buf[..n]).ok()?;
     Some(id.trim().to_owned())
 }
 
@@ -25,8 +35,9 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
     if pid <= 0 {
         return None;
     }
-    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    parse_start_time(&stat)
+    let mut buf = [0u8; 1024];
+    let n = read_small(&format!("/proc/{pid}/stat"), &mut buf)?;
+    parse_start_time(&buf[..n])
 }
 
 /// Like [`process_start_time`], but `None` for a zombie: a process that
