@@ -30,6 +30,9 @@ struct Silent;
 impl WaitObserver for Silent {
     fn waiting(&mut self, _: Duration) {}
     fn done(&mut self) {}
+    fn needs_ticks(&mut self) -> bool {
+        false
+    }
 }
 
 pub fn run(opts: &FdOptions) -> Result<u8, Failure> {

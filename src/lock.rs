@@ -146,6 +146,14 @@ impl LockFile {
         }
     }
 
+    /// Waits in the kernel until the lock is ours.
+    pub fn lock(&self, mode: LockMode) -> io::Result<()> {
+        match mode {
+            LockMode::Exclusive => self.file.lock(),
+            LockMode::Shared => self.file.lock_shared(),
+        }
+    }
+
     /// Starts a blocking kernel wait on a helper thread, which calls `done`
     /// with the result. The kernel hands the lock over the moment it is
     /// released, so a waiter never sleeps past a release as a polling loop

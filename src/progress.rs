@@ -44,6 +44,16 @@ impl<'a> Progress<'a> {
     }
 }
 
+impl Progress<'_> {
+    fn is_live(&mut self) -> bool {
+        let quiet = self.quiet;
+        *self.live.get_or_insert_with(|| {
+            use std::io::IsTerminal;
+            !quiet && std::io::stderr().is_terminal()
+        })
+    }
+}
+
 impl WaitObserver for Progress<'_> {
     fn waiting(&mut self, waited: Duration) {
         if self.verbose && !self.announced {
@@ -53,11 +63,7 @@ impl WaitObserver for Progress<'_> {
                 .unwrap_or_else(|| "held by a process that left no holder record".to_owned());
             eprintln!("lockrun: waiting for {}, {held}", self.label);
         }
-        let live = *self.live.get_or_insert_with(|| {
-            use std::io::IsTerminal;
-            !self.quiet && std::io::stderr().is_terminal()
-        });
-        if live && waited >= Duration::from_secs(1) {
+        if self.is_live() && waited >= Duration::from_secs(1) {
             let holder = held_by(self.lock).unwrap_or_else(|| "another process".to_owned());
             let limit = self
                 .timeout
@@ -76,6 +82,10 @@ impl WaitObserver for Progress<'_> {
             let _ = err.flush();
             self.line_shown = true;
         }
+    }
+
+    fn needs_ticks(&mut self) -> bool {
+        self.is_live()
     }
 
     fn done(&mut self) {

@@ -13,7 +13,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Once;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
 
 pub const FORWARDED: [i32; 6] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2];
 
@@ -31,6 +31,9 @@ static COMMAND: AtomicI32 = AtomicI32::new(0);
 static PENDING: AtomicU64 = AtomicU64::new(0);
 /// Write end of the wake-up pipe while lockrun waits for the lock, else -1.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
+/// Set while the main thread itself is blocked in flock(2): a signal then
+/// ends lockrun on the spot (nothing has been written or started yet).
+static BLOCKED_IN_FLOCK: AtomicBool = AtomicBool::new(false);
 
 static INSTALL: Once = Once::new();
 
@@ -65,12 +68,22 @@ fn on_signal(sig: i32, from_kernel: bool) {
     if command < 0 {
         return;
     }
+    if BLOCKED_IN_FLOCK.load(SeqCst) {
+        // _exit is async-signal-safe; exit(3) would run atexit handlers.
+        signal_hook::low_level::exit(128 + sig);
+    }
     PENDING.fetch_or(1 << sig, SeqCst);
     let wake = WAKE.load(SeqCst);
     if wake >= 0 {
         // SAFETY: the pipe stays open while WAKE names it (see WakePipe).
         let _ = rustix::io::write(unsafe { BorrowedFd::borrow_raw(wake) }, &[sig as u8]);
     }
+}
+
+/// Marks the main thread as blocked in flock(2) (or no longer): a signal
+/// meanwhile makes lockrun exit 128+N at once.
+pub fn blocked_in_flock(blocked: bool) {
+    BLOCKED_IN_FLOCK.store(blocked, SeqCst);
 }
 
 /// The first signal that arrived before the command started, if any.

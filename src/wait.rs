@@ -33,6 +33,9 @@ impl WaitPolicy {
 pub trait WaitObserver {
     fn waiting(&mut self, waited: Duration);
     fn done(&mut self);
+    /// Whether `waiting` must be called as time passes (a live display),
+    /// not just once when the wait begins.
+    fn needs_ticks(&mut self) -> bool;
 }
 
 pub enum NotAcquired {
@@ -66,6 +69,19 @@ pub fn acquire(
         Err(e) => return Err(NotAcquired::Failed(e)),
     }
     let start = Instant::now();
+    if policy.timeout.is_none() && policy.poll.is_none() && !observer.needs_ticks() {
+        // Waiting for ever with nobody to show progress to: block in flock
+        // on this very thread, so that the kernel wakes the command's
+        // starter directly when the lock is released, with no helper
+        // thread in between. A signal ends lockrun from its handler.
+        observer.waiting(Duration::ZERO);
+        signals::blocked_in_flock(true);
+        let result = lock.lock(mode);
+        signals::blocked_in_flock(false);
+        observer.done();
+        result.map_err(NotAcquired::Failed)?;
+        return Ok(start.elapsed());
+    }
     let result = wait(lock, mode, policy, start, observer);
     observer.done();
     result?;

@@ -163,12 +163,33 @@ fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
     let lock = lock_in(&dir);
     let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
     let before = std::fs::read(&lock).unwrap();
-    for (sig, code) in [("TERM", 143), ("INT", 130), ("HUP", 129)] {
+    // Both ways of waiting: blocked in flock on the main thread (no
+    // timeout), and on a helper thread with a deadline or polling.
+    let cases = [
+        ("TERM", 143, vec![]),
+        ("INT", 130, vec![]),
+        ("HUP", 129, vec![]),
+        ("TERM", 143, vec!["-w", "60"]),
+        ("USR1", 138, vec!["--timeout", "1m"]),
+        ("TERM", 143, vec!["--poll", "10ms"]),
+    ];
+    for (sig, code, args) in cases {
         let marker = dir.path().join("ran");
         let mut cmd = std_lockrun();
-        cmd.arg(&lock).arg("touch").arg(&marker);
+        cmd.args(&args).arg(&lock).arg("touch").arg(&marker);
         let mut waiter = Background::spawn(cmd);
-        wait_for("the waiter to block", || kernel_waiters(&lock) == 1);
+        if args.contains(&"--poll") {
+            // A poller never queues in the kernel; wait until it is sleeping.
+            wait_for("the poller to start", || {
+                std::fs::read_to_string(format!("/proc/{}/stat", waiter.pid())).is_ok_and(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('S'))
+                })
+            });
+        } else {
+            wait_for("the waiter to block", || kernel_waiters(&lock) == 1);
+        }
         let sent = Instant::now();
         kill(waiter.pid(), sig);
         let status = waiter.wait_exit(BOUND);
@@ -177,7 +198,11 @@ fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
             "took {:?}",
             sent.elapsed()
         );
-        assert_eq!(status.code(), Some(code), "{sig}: a normal exit with 128+N");
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "{sig} {args:?}: a normal exit with 128+N"
+        );
         assert!(!marker.exists(), "the command ran");
         assert_eq!(
             std::fs::read(&lock).unwrap(),
