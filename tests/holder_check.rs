@@ -207,18 +207,12 @@ fn holder_names_a_lockrun_holder_from_its_record() {
 
 #[test]
 fn holder_names_a_flock_holder_from_the_kernel() {
-    if !has("flock") {
-        skip("util-linux flock(1) is not installed");
+    if !needs("flock", "util-linux flock(1), to test interop") {
         return;
     }
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    let mut cmd = Command::new("flock");
-    cmd.arg("-F")
-        .arg(&lock)
-        .args(["sh", "-c", "echo ready $$; exec sleep 60"]);
-    let flock = Background::spawn(cmd);
-    flock.expect_ready();
+    let (flock, _) = flock_holding(&["-F"], &lock);
     wait_exec(flock.pid(), "sleep");
     let text = holder_text(&lock);
     assert!(
@@ -237,20 +231,14 @@ fn holder_names_a_flock_holder_from_the_kernel() {
 
 #[test]
 fn holder_names_the_process_that_inherited_the_lock() {
-    if !has("flock") {
-        skip("util-linux flock(1) is not installed");
+    if !needs("flock", "util-linux flock(1), to test interop") {
         return;
     }
     let dir = temp_dir();
     let lock = lock_in(&dir);
     // flock(1) takes the lock and forks the command; kill flock and the
     // command holds it alone, while the kernel still names flock's pid.
-    let mut cmd = Command::new("flock");
-    cmd.arg(&lock)
-        .args(["sh", "-c", "echo ready $$; exec sleep 60"]);
-    let mut flock = Background::spawn(cmd);
-    let words = flock.expect_ready();
-    let sleeper: i32 = words[0].parse().unwrap();
+    let (mut flock, sleeper) = flock_holding(&[], &lock);
     wait_exec(sleeper, "sleep");
     kill(flock.pid(), "KILL");
     flock.wait_exit(BOUND);
@@ -434,8 +422,7 @@ fn check_never_takes_the_lock() {
 fn check_probe_is_what_touches_the_lock() {
     // The control for the test above: a checker that does take the lock
     // (flock -n, like --probe) is caught by the same kind of loop.
-    if !has("flock") {
-        skip("util-linux flock(1) is not installed");
+    if !needs("flock", "util-linux flock(1), to test interop") {
         return;
     }
     let dir = temp_dir();
@@ -574,8 +561,7 @@ fn garbage_and_oversized_content_is_no_record() {
 
 #[test]
 fn live_status_line_on_a_terminal_only() {
-    if !has("script") {
-        skip("script(1) is not installed, no pseudo-terminal to test with");
+    if !needs("script", "a pseudo-terminal to test with") {
         return;
     }
     let dir = temp_dir();
@@ -624,8 +610,7 @@ fn verbose_waiting_names_the_holder() {
 
 #[test]
 fn holder_exits_66_when_a_lock_file_cannot_be_read() {
-    if !rustix::process::geteuid().is_root() || !has("setpriv") {
-        skip("needs root and setpriv to run lockrun as an unprivileged user");
+    if !can_drop_privileges() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -634,14 +619,8 @@ fn holder_exits_66_when_a_lock_file_cannot_be_read() {
     let lock = lock_in(&dir);
     lockrun().arg(&lock).arg("true").assert().success();
     std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            common::bin(),
-            "holder",
-        ])
+    let out = lockrun_as_nobody()
+        .args(["holder"])
         .arg(&lock)
         .output()
         .unwrap();
@@ -652,15 +631,8 @@ fn holder_exits_66_when_a_lock_file_cannot_be_read() {
         "{text}"
     );
     // check needs no content: the kernel's table is enough.
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            common::bin(),
-            "check",
-            "-q",
-        ])
+    let out = lockrun_as_nobody()
+        .args(["check", "-q"])
         .arg(&lock)
         .output()
         .unwrap();

@@ -198,18 +198,13 @@ fn poll_mode_takes_the_lock_after_release() {
 
 #[test]
 fn lockrun_and_flock_exclude_each_other() {
-    if !has("flock") {
-        skip("util-linux flock(1) is not installed");
+    if !needs("flock", "util-linux flock(1), to test interop") {
         return;
     }
     let dir = temp_dir();
     let lock = lock_in(&dir);
     {
-        let mut cmd = Command::new("flock");
-        cmd.arg(&lock)
-            .args(["sh", "-c", "echo ready $$; exec sleep 60"]);
-        let flock = Background::spawn(cmd);
-        let words = flock.expect_ready();
+        let (_flock, sleeper) = flock_holding(&[], &lock);
         lockrun()
             .arg("-n")
             .arg(&lock)
@@ -218,7 +213,7 @@ fn lockrun_and_flock_exclude_each_other() {
             .code(75)
             .stderr(predicate::str::contains("left no holder record"));
         // flock(1) forked the command, which holds the lock too.
-        kill(words[0].parse().unwrap(), "KILL");
+        kill(sleeper, "KILL");
     }
     wait_for("flock's command to release", || kernel_holders(&lock) == 0);
     let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
@@ -390,13 +385,7 @@ fn permission_denied_exits_66() {
     }
     let dir = temp_dir(); // mode 0700, owned by root: nobody cannot enter it
     let lock = lock_in(&dir);
-    Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            common::bin(),
-        ])
+    lockrun_as_nobody()
         .arg(&lock)
         .arg("true")
         .stderr(Stdio::piped())

@@ -95,14 +95,7 @@ fn symlinks_in_directories_above_are_fine() {
 #[test]
 fn a_fifo_is_refused_without_hanging() {
     let dir = temp_dir();
-    let fifo = dir.path().join("fifo.lock");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = mkfifo(&dir.path().join("fifo.lock"));
     unchanged(&[&fifo], || {
         lockrun()
             .arg(&fifo)
@@ -190,8 +183,7 @@ fn a_file_with_two_names_is_locked_but_never_written() {
 
 #[test]
 fn a_read_only_lock_file_still_locks_without_a_record() {
-    if !rustix::process::geteuid().is_root() || !has("setpriv") {
-        skip("needs root and setpriv to run lockrun as an unprivileged user");
+    if !can_drop_privileges() {
         return;
     }
     let dir = temp_dir();
@@ -199,16 +191,8 @@ fn a_read_only_lock_file_still_locks_without_a_record() {
     let lock = lock_in(&dir);
     std::fs::write(&lock, "").unwrap(); // root's, 0644: read-only for nobody
     let as_nobody = |script: &str| {
-        let mut cmd = Command::new("setpriv");
-        cmd.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            common::bin(),
-            "-v",
-        ])
-        .arg(&lock)
-        .args(["sh", "-c", script]);
+        let mut cmd = lockrun_as_nobody();
+        cmd.arg("-v").arg(&lock).args(["sh", "-c", script]);
         cmd
     };
     unchanged(&[&lock], || {
@@ -316,19 +300,18 @@ fn a_name_too_long_exits_66() {
 #[test]
 fn refusals_in_inspection_damage_nothing_either() {
     let dir = temp_dir();
-    let fifo = dir.path().join("fifo.lock");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = mkfifo(&dir.path().join("fifo.lock"));
     unchanged(&[&fifo], || {
         // holder/check read, never open for writing, and never block on a FIFO.
         lockrun().arg("holder").arg(&fifo).assert().success();
         lockrun().arg("check").arg(&fifo).assert().code(1);
     });
+}
+
+fn mkfifo(path: &Path) -> PathBuf {
+    let made = Command::new("mkfifo").arg(path).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {path:?}");
+    path.to_owned()
 }
 
 /// A small tmpfs mounted for one test (root only), unmounted on drop.

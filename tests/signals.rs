@@ -43,8 +43,7 @@ fn forwarded_signals_reach_the_command_once_each() {
 
 #[test]
 fn ctrl_c_on_a_terminal_reaches_the_command_once() {
-    if !has("script") {
-        skip("script(1) is not installed, no pseudo-terminal to test with");
+    if !needs("script", "a pseudo-terminal to test with") {
         return;
     }
     let dir = temp_dir();

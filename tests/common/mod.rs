@@ -227,3 +227,42 @@ pub fn skip(why: &str) {
     }
     eprintln!("\n*** SKIPPED: {why} ***\n");
 }
+
+/// Whether `tool` is installed; says SKIPPED (or fails under CI) if not.
+pub fn needs(tool: &str, why: &str) -> bool {
+    if has(tool) {
+        return true;
+    }
+    skip(&format!("{tool} is not installed ({why})"));
+    false
+}
+
+/// Whether tests can run lockrun as an unprivileged user (root + setpriv).
+pub fn can_drop_privileges() -> bool {
+    if rustix::process::geteuid().is_root() && has("setpriv") {
+        return true;
+    }
+    skip("needs root and setpriv to run lockrun as an unprivileged user");
+    false
+}
+
+/// lockrun run as user and group nobody (see [`can_drop_privileges`]).
+pub fn lockrun_as_nobody() -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()]);
+    cmd
+}
+
+/// util-linux flock(1) holding `lock` while `sh -c 'echo ready $$; exec
+/// sleep 60'` runs; returns it and the pid of the shell (then sleep), which
+/// holds the lock too.
+pub fn flock_holding(flock_args: &[&str], lock: &Path) -> (Background, i32) {
+    let mut cmd = Command::new("flock");
+    cmd.args(flock_args)
+        .arg(lock)
+        .args(["sh", "-c", "echo ready $$; exec sleep 60"]);
+    let flock = Background::spawn(cmd);
+    let words = flock.expect_ready();
+    let pid = words[0].parse().expect("pid");
+    (flock, pid)
+}
