@@ -202,6 +202,8 @@ pub fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
     if !content.is_empty() && Record::parse(&content).is_none() {
         return Err(NoRecord::ForeignContent);
     }
+    // Only now, with the content known to be ours: a writable descriptor on
+    // a script, even for a moment, makes every exec of it fail (ETXTBSY).
     lock.open_for_writing().map_err(|_| NoRecord::ReadOnly)
 }
 

@@ -568,3 +568,23 @@ fn verbose_says_how_long_acquiring_took() {
         .success()
         .stderr(predicate::str::contains("took the exclusive lock on"));
 }
+
+#[test]
+fn a_failing_lock_call_exits_71_with_the_os_error() {
+    // flock(2) on an O_PATH descriptor fails with EBADF: the lock call
+    // itself fails, which is neither a conflict nor an open failure.
+    use std::os::fd::AsRawFd;
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    std::fs::write(&lock, "").unwrap();
+    let flags = rustix::fs::OFlags::PATH; // no CLOEXEC: lockrun inherits it
+    let fd = rustix::fs::open(&lock, flags, rustix::fs::Mode::empty()).unwrap();
+    lockrun()
+        .arg(fd.as_raw_fd().to_string())
+        .assert()
+        .code(71)
+        .stderr(predicate::str::starts_with(
+            "lockrun: cannot lock descriptor",
+        ))
+        .stderr(predicate::str::contains("os error 9"));
+}
