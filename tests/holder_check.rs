@@ -638,3 +638,18 @@ fn holder_exits_66_when_a_lock_file_cannot_be_read() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn non_utf8_arguments_are_recorded_lossily_but_run_exactly() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = std_lockrun()
+        .arg(&lock)
+        .args(["printf", "%s"])
+        .arg(std::ffi::OsStr::from_bytes(b"caf\xe9"))
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"caf\xe9");
+    assert_eq!(record_json(&lock)["command"][2], "caf\u{fffd}");
+}
