@@ -205,11 +205,7 @@ fn lockrun_and_flock_exclude_each_other() {
     let lock = lock_in(&dir);
     {
         let (_flock, sleeper) = flock_holding(&[], &lock);
-        lockrun()
-            .arg("-n")
-            .arg(&lock)
-            .arg("true")
-            .assert()
+        try_lock_now(&lock)
             .code(75)
             .stderr(predicate::str::contains("left no holder record"));
         // flock(1) forked the command, which holds the lock too.
@@ -235,16 +231,11 @@ fn killing_lockrun_with_sigkill_leaves_the_lock_with_the_command() {
     let command_pid: i32 = words[0].parse().unwrap();
     kill(holder.pid(), "KILL");
     holder.wait_exit(BOUND);
-    lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+    try_lock_now(&lock).code(75);
     kill(command_pid, "KILL");
     wait_for("the command to die", || process_gone(command_pid));
     wait_for("the kernel to drop the lock", || kernel_holders(&lock) == 0);
-    lockrun()
-        .arg("-n")
-        .arg(&lock)
-        .arg("true")
-        .assert()
-        .success();
+    try_lock_now(&lock).success();
 }
 
 #[test]
@@ -527,12 +518,7 @@ fn a_directory_can_be_the_lock() {
     let locked_dir = dir.path().join("d");
     std::fs::create_dir(&locked_dir).unwrap();
     let (_holder, _) = Background::lockrun_holding(&[], &locked_dir, "echo ready; exec sleep 60");
-    lockrun()
-        .arg("-n")
-        .arg(&locked_dir)
-        .arg("true")
-        .assert()
-        .code(75);
+    try_lock_now(&locked_dir).code(75);
     assert_eq!(
         std::fs::read_dir(&locked_dir).unwrap().count(),
         0,

@@ -173,12 +173,7 @@ fn a_file_with_two_names_is_locked_but_never_written() {
             .stderr(predicate::str::contains("more than one hard link"));
     });
     let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
-    lockrun()
-        .arg("-n")
-        .arg(&other_name)
-        .arg("true")
-        .assert()
-        .code(75);
+    try_lock_now(&other_name).code(75);
 }
 
 #[test]
@@ -206,7 +201,7 @@ fn a_read_only_lock_file_still_locks_without_a_record() {
         assert!(err.contains("cannot be opened for writing"), "{err}");
         let holder = Background::spawn(as_nobody("echo ready; exec sleep 60"));
         holder.expect_ready();
-        lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+        try_lock_now(&lock).code(75);
     });
 }
 
@@ -232,7 +227,7 @@ fn a_read_only_file_system_still_locks_without_a_record() {
             .success()
             .stderr(predicate::str::contains("read-only"));
         let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
-        lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+        try_lock_now(&lock).code(75);
     });
     // A missing lock file cannot be created there: 66, and nothing made.
     let missing = mount.path().join("new.lock");

@@ -147,12 +147,7 @@ fn a_command_killed_by_a_signal_kills_lockrun_the_same_way() {
             serde_json::json!({ "signal": number })
         );
         // Released before the re-raise.
-        lockrun()
-            .arg("-n")
-            .arg(&lock)
-            .arg("true")
-            .assert()
-            .success();
+        try_lock_now(&lock).success();
     }
 }
 
@@ -236,15 +231,10 @@ fn exec_mode_becomes_the_command_and_the_lock_lasts_until_it_exits() {
     .unwrap();
     assert_eq!(json["holders"][0]["pid"], holder.pid());
     assert_eq!(json["holders"].as_array().unwrap().len(), 1);
-    lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+    try_lock_now(&lock).code(75);
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
-    lockrun()
-        .arg("-n")
-        .arg(&lock)
-        .arg("true")
-        .assert()
-        .success();
+    try_lock_now(&lock).success();
 }
 
 #[test]
@@ -258,7 +248,7 @@ fn without_close_a_background_child_keeps_the_lock() {
         .unwrap();
     assert!(out.status.success());
     let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+    try_lock_now(&lock).code(75);
     let text =
         String::from_utf8(lockrun().arg("holder").arg(&lock).output().unwrap().stdout).unwrap();
     assert!(text.contains(&format!("pid {daemon} `sleep 60`")), "{text}");
@@ -279,12 +269,7 @@ fn with_close_a_background_child_does_not_keep_the_lock() {
     assert!(out.status.success());
     let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(!process_gone(daemon), "the daemon should still run");
-    lockrun()
-        .arg("-n")
-        .arg(&lock)
-        .arg("true")
-        .assert()
-        .success();
+    try_lock_now(&lock).success();
     kill(daemon, "KILL");
 }
 

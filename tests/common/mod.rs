@@ -266,3 +266,9 @@ pub fn flock_holding(flock_args: &[&str], lock: &Path) -> (Background, i32) {
     let pid = words[0].parse().expect("pid");
     (flock, pid)
 }
+
+/// `lockrun -n LOCK true`: is the lock free right now? (`.success()`) or
+/// held (`.code(75)`).
+pub fn try_lock_now(lock: &Path) -> assert_cmd::assert::Assert {
+    lockrun().arg("-n").arg(lock).arg("true").assert()
+}
