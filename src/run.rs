@@ -250,6 +250,12 @@ fn new_record(opts: &RunOptions, cwd: Option<&std::path::Path>) -> Record {
 /// `-F`: the record names our own pid, which the command keeps across exec;
 /// there is nobody left to write a release, so the record has none.
 fn exec_in_place(mut command: Command, record: Option<Recording>) -> Ending {
+    // A signal caught since the lock was taken has nobody to be forwarded
+    // to once we exec (the handlers are reset): honour it now, before
+    // anything is written or started.
+    if let Some(sig) = signals::pending() {
+        return Ending::Status(exit_codes::for_signal(sig));
+    }
     let me = std::process::id() as i32;
     let record = record.map(|mut recording| {
         recording.record.pid = Some(i64::from(me));
