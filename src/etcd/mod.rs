@@ -93,8 +93,8 @@ impl EtcdUrl {
     }
 }
 
-/// `host:port`, also accepted as `http://host:port` (as etcdctl writes
-/// endpoints). TLS is not supported: refused rather than sent in clear.
+/// `host:port`, also accepted as `http://host:port` in
+/// LOCKRUN_ETCD_ENDPOINTS (as etcdctl writes endpoints). TLS is not supported: refused rather than sent in clear.
 fn endpoint(text: &str) -> Result<String, String> {
     if text.starts_with("https://") {
         return Err(format!(
@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn parses_endpoints_and_name() {
-        let url = EtcdUrl::parse("etcd://a:1,http://b:2/jobs/backup", None).unwrap();
+        let url = EtcdUrl::parse("etcd://a:1,b:2/jobs/backup", None).unwrap();
         assert_eq!(url.endpoints, ["a:1", "b:2"]);
         assert_eq!(url.name, "jobs/backup");
     }
@@ -129,7 +129,7 @@ mod tests {
     fn url_endpoints_win_over_the_environment() {
         let url = EtcdUrl::parse("etcd://a:1/x", Some("c:3")).unwrap();
         assert_eq!(url.endpoints, ["a:1"]);
-        let url = EtcdUrl::parse("etcd:///x", Some("c:3, d:4")).unwrap();
+        let url = EtcdUrl::parse("etcd:///x", Some("c:3, http://d:4")).unwrap();
         assert_eq!(url.endpoints, ["c:3", "d:4"]);
     }
 
