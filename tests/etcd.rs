@@ -396,3 +396,62 @@ fn lock_url_usage_errors_exit_64() {
         .assert()
         .code(69);
 }
+
+fn waiting_count(url: &str) -> Option<u64> {
+    let out = std_lockrun()
+        .args(["holder", "--json", url])
+        .output()
+        .ok()?;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    json["waiting"].as_u64()
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_and_withdraws_from_the_queue() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("queue");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args([&url, "--", "echo", "ran"]);
+    let mut waiter = Background::spawn(cmd);
+    wait_for("the waiter to queue in etcd", || {
+        waiting_count(&url) == Some(1)
+    });
+    kill(waiter.pid(), "TERM");
+    assert_eq!(waiter.wait_exit(BOUND).code(), Some(128 + 15));
+    assert_eq!(waiter.line(Duration::ZERO), None, "the command ran");
+    // Its lease was revoked on the way out: nobody is queued any more.
+    assert_eq!(waiting_count(&url), Some(0));
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn etcdctl_lock_and_lockrun_exclude_each_other() {
+    if !has("etcdctl") {
+        skip("etcdctl is not installed (Debian: apt-get install etcd-client)");
+        return;
+    }
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("shared");
+    let mut cmd = Command::new("etcdctl");
+    cmd.args(["--endpoints", &etcd.endpoint, "lock", "shared"])
+        .env("ETCDCTL_API", "3");
+    // Without a command, etcdctl prints its key once it holds the lock and
+    // holds it until SIGTERM.
+    let mut etcdctl = Background::spawn(cmd);
+    let key = etcdctl.line(BOUND).expect("etcdctl never took the lock");
+    assert!(key.starts_with("shared/"), "{key}");
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains(&format!("left no lockrun record (key {key}")),
+        "{stderr}"
+    );
+    kill(etcdctl.pid(), "TERM");
+    etcdctl.wait_exit(BOUND);
+    lockrun()
+        .args(["-w", "10", &url, "true"])
+        .assert()
+        .success();
+}
