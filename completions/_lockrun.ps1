@@ -29,6 +29,8 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is not acquired')
             [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)')
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]')
+            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'etcd lock URL only: after a lost lock, SIGKILL the command this long after SIGTERM [default: 5s]')
             [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared lock: many holders at once, no exclusive holder')

@@ -26,6 +26,8 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand --conflict-exit-code 'Exit status when the lock is not acquired'
             cand -c 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)'
             cand --command 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)'
+            cand --ttl 'etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]'
+            cand --kill-grace 'etcd lock URL only: after a lost lock, SIGKILL the command this long after SIGTERM [default: 5s]'
             cand -x 'Exclusive lock (the default)'
             cand --exclusive 'Exclusive lock (the default)'
             cand -s 'Shared lock: many holders at once, no exclusive holder'

@@ -1,6 +1,7 @@
 //! The command line, defined with clap and turned into the plain option
 //! structs the rest of lockrun takes. Nothing past this module knows clap.
 
+use crate::etcd::{self, EtcdUrl};
 use crate::exit_codes::{self, Failure};
 use crate::fd_mode::FdOptions;
 use crate::lock::LockMode;
@@ -25,9 +26,13 @@ Examples:
   */5 * * * * lockrun -n -q /var/lock/sync.lock sync.sh      (crontab)
   lockrun holder /var/lock/backup.lock
 
+Lock URLs: etcd://HOST:PORT[,HOST:PORT...]/NAME takes the lock in etcd v3
+(endpoints from LOCKRUN_ETCD_ENDPOINTS when the URL names none: etcd:///NAME).
+
 Exit status: the command's; 75 lock busy or timed out (-E to change);
 64 usage; 66 cannot open/create; 71 OS error; 77 unsafe lock file;
-126/127 command not executable/not found; 128+N signal N while waiting.";
+126/127 command not executable/not found; 128+N signal N while waiting;
+69 etcd unreachable (command not run); 76 etcd lock lost (command stopped).";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -115,7 +120,15 @@ pub struct RunArgs {
     #[arg(short, long, help_heading = "Output")]
     verbose: bool,
 
-    /// Lock file (created if missing, never deleted), a directory, or an open FD number
+    /// etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "etcd")]
+    ttl: Option<Duration>,
+
+    /// etcd lock URL only: after a lost lock, SIGKILL the command this long after SIGTERM [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "etcd")]
+    kill_grace: Option<Duration>,
+
+    /// Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME
     #[arg(value_name = "LOCKFILE", value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
 
@@ -132,13 +145,13 @@ pub enum Inspect {
         override_usage = "lockrun holder [--json] LOCKFILE...",
         after_help = "Held or free comes from the kernel's lock table; the holder record adds who \
                       and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
-                      cannot be read.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
+                      cannot be read; 69 etcd cannot be reached.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
     )]
     Holder {
         /// One JSON object per path, one per line
         #[arg(long)]
         json: bool,
-        /// Lock files to report on (a missing one is reported as free)
+        /// Lock files or etcd:// URLs to report on (a missing file is reported as free)
         #[arg(value_name = "LOCKFILE", required = true)]
         paths: Vec<PathBuf>,
     },
@@ -160,7 +173,7 @@ pub enum Inspect {
         /// touches the lock: a concurrent `lockrun -n` may fail while it is held)
         #[arg(long)]
         probe: bool,
-        /// The lock file to look at
+        /// The lock file or etcd:// URL to look at
         #[arg(value_name = "LOCKFILE")]
         path: PathBuf,
     },
@@ -169,19 +182,48 @@ pub enum Inspect {
 /// What the user asked for, without clap.
 pub enum Invocation {
     Run(RunOptions),
+    /// The run form on a lock URL.
+    EtcdRun(etcd::run::RunOptions),
     Fd(FdOptions),
     Holder {
         json: bool,
-        paths: Vec<PathBuf>,
+        targets: Vec<LockTarget>,
     },
     Check {
         json: bool,
         quiet: bool,
         probe: bool,
-        path: PathBuf,
+        target: LockTarget,
     },
     /// --help or --version: already printed.
     Done,
+}
+
+/// What a LOCKFILE argument names: the one place that decides which
+/// backend a lock goes to. Nothing but a leading `etcd://` makes a URL, so
+/// every path a user could mean as a file stays a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockTarget {
+    File(PathBuf),
+    Etcd(EtcdUrl),
+}
+
+impl LockTarget {
+    pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
+        if !etcd::is_url(&arg) {
+            return Ok(LockTarget::File(PathBuf::from(arg)));
+        }
+        let text = arg.to_str().ok_or_else(|| {
+            Failure::new(
+                exit_codes::USAGE,
+                format!("the lock URL {} is not valid UTF-8", arg.to_string_lossy()),
+            )
+        })?;
+        let env = std::env::var(etcd::ENDPOINTS_ENV).ok();
+        EtcdUrl::parse(text, env.as_deref())
+            .map(LockTarget::Etcd)
+            .map_err(|e| Failure::new(exit_codes::USAGE, e))
+    }
 }
 
 pub fn command() -> clap::Command {
@@ -216,7 +258,13 @@ where
         Err(e) => return Err(usage_failure(e)),
     };
     match cli.inspect {
-        Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder { json, paths }),
+        Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder {
+            json,
+            targets: paths
+                .into_iter()
+                .map(|p| LockTarget::parse(p.into_os_string()))
+                .collect::<Result<_, _>>()?,
+        }),
         Some(Inspect::Check {
             json,
             quiet,
@@ -226,17 +274,17 @@ where
             json,
             quiet,
             probe,
-            path,
+            target: LockTarget::parse(path.into_os_string())?,
         }),
         None => run_invocation(cli.run),
     }
 }
 
-fn run_invocation(args: RunArgs) -> Result<Invocation, Failure> {
+fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
     let usage = |message: &str| {
         usage_failure(Cli::command().error(ErrorKind::MissingRequiredArgument, message))
     };
-    let Some(target) = args.target else {
+    let Some(target) = args.target.take() else {
         return Err(usage(
             "a lock file is required: lockrun LOCKFILE COMMAND...",
         ));
@@ -276,7 +324,7 @@ fn run_invocation(args: RunArgs) -> Result<Invocation, Failure> {
             "-u/--unlock works only on a descriptor: lockrun -u FD",
         ));
     }
-    let command = match (args.shell_command, args.command.is_empty()) {
+    let command = match (args.shell_command.take(), args.command.is_empty()) {
         (Some(script), true) => {
             let shell = std::env::var_os("SHELL")
                 .filter(|s| !s.is_empty())
@@ -288,15 +336,24 @@ fn run_invocation(args: RunArgs) -> Result<Invocation, Failure> {
                 "-c takes exactly one argument, the shell command; quote it as one",
             ));
         }
-        (None, false) => args.command,
+        (None, false) => std::mem::take(&mut args.command),
         (None, true) => {
             return Err(usage(
                 "a command to run is required: lockrun LOCKFILE COMMAND... (or -c SHELL_COMMAND)",
             ));
         }
     };
+    let path = match LockTarget::parse(target)? {
+        LockTarget::File(path) => path,
+        LockTarget::Etcd(url) => return etcd_run(url, args, mode, wait, command),
+    };
+    if args.ttl.is_some() || args.kill_grace.is_some() {
+        return Err(usage(
+            "--ttl and --kill-grace apply only to etcd:// lock URLs",
+        ));
+    }
     Ok(Invocation::Run(RunOptions {
-        path: PathBuf::from(target),
+        path,
         mode,
         wait,
         conflict_status: args.conflict_exit_code,
@@ -306,6 +363,44 @@ fn run_invocation(args: RunArgs) -> Result<Invocation, Failure> {
         quiet: args.quiet,
         verbose: args.verbose,
         write_record: !args.no_record,
+    }))
+}
+
+/// The run form on a lock URL. What cannot work with a lease is refused
+/// here rather than silently ignored.
+fn etcd_run(
+    url: EtcdUrl,
+    args: RunArgs,
+    mode: LockMode,
+    wait: WaitPolicy,
+    command: Vec<OsString>,
+) -> Result<Invocation, Failure> {
+    let usage =
+        |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
+    if mode == LockMode::Shared {
+        return Err(usage("etcd:// locks are exclusive only; -s cannot be used"));
+    }
+    if args.no_fork {
+        return Err(usage(
+            "-F cannot be used with an etcd:// lock: lockrun must stay to keep the lease alive",
+        ));
+    }
+    if wait.poll.is_some() {
+        return Err(usage(
+            "--poll does not apply to etcd:// locks: etcd itself wakes the waiter",
+        ));
+    }
+    Ok(Invocation::EtcdRun(etcd::run::RunOptions {
+        url,
+        nonblocking: wait.nonblocking,
+        timeout: wait.timeout,
+        conflict_status: args.conflict_exit_code,
+        command,
+        quiet: args.quiet,
+        verbose: args.verbose,
+        write_record: !args.no_record,
+        ttl: args.ttl.unwrap_or(etcd::run::DEFAULT_TTL),
+        kill_grace: args.kill_grace.unwrap_or(etcd::run::DEFAULT_KILL_GRACE),
     }))
 }
 

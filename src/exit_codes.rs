@@ -12,9 +12,14 @@ use std::path::Path;
 pub const CONFLICT: u8 = 75;
 pub const USAGE: u8 = 64;
 pub const NO_INPUT: u8 = 66;
-/// `check` cannot tell without taking the lock.
+/// `check` cannot tell without taking the lock; for a lock URL, etcd
+/// cannot be reached (the command never ran).
 pub const UNAVAILABLE: u8 = 69;
 pub const OS_ERROR: u8 = 71;
+/// A lock URL's lock was lost while the command ran (its lease expired or
+/// its key was deleted); the command was stopped. No sysexits code fits;
+/// 76 (EX_PROTOCOL's number) is ours by the contract.
+pub const LOCK_LOST: u8 = 76;
 pub const NO_PERMISSION: u8 = 77;
 pub const CANNOT_EXECUTE: u8 = 126;
 pub const NOT_FOUND: u8 = 127;

@@ -42,6 +42,21 @@ pub struct Report {
     /// The lock file exists but its content could not be read.
     #[serde(skip)]
     pub unreadable: bool,
+    /// For a lock URL: the holder's key in etcd. Absent for files, whose
+    /// JSON schema is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdLock>,
+}
+
+/// The etcd key that holds a lock URL's lock.
+#[derive(Debug, Clone, Serialize)]
+pub struct EtcdLock {
+    pub key: String,
+    /// The holder's lease id, in hex as in the key.
+    pub lease: String,
+    /// The key's creation revision: what the holder's command got as
+    /// LOCKRUN_FENCING_TOKEN.
+    pub fencing_token: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -69,6 +84,7 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
                 exists: false,
                 waiting: 0,
                 unreadable: false,
+                etcd: None,
             });
         }
         Err(e) => {
@@ -101,6 +117,7 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         exists: true,
         waiting: 0,
         unreadable,
+        etcd: None,
     };
 
     let kernel = match platform::kernel_locks(dev, ino) {

@@ -5,10 +5,12 @@
 //! and start commands, `inspect` and `report` answer `holder`/`check`; all
 //! of them build on `lock`, `record` and `identity`, and those on
 //! `platform`, the one place for operating-system specifics. The run path
-//! never touches the inspection code.
+//! never touches the inspection code. `etcd` is the other backend (lock
+//! URLs), reached only through `cli::LockTarget`.
 
 pub mod cli;
 pub mod display;
+pub mod etcd;
 pub mod exit_codes;
 pub mod fd_mode;
 pub mod identity;

@@ -6,11 +6,11 @@
 //! arguments come straight from the C `main`.
 #![no_main]
 
-use lockrun::cli::{self, Invocation};
+use lockrun::cli::{self, Invocation, LockTarget};
 use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
 use lockrun::run::{self, Ending};
-use lockrun::{fd_mode, report, signals};
+use lockrun::{etcd, fd_mode, report, signals};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -37,25 +37,36 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
 fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     match invocation {
         Invocation::Run(opts) => run::run(&opts),
+        Invocation::EtcdRun(opts) => etcd::run::run(&opts),
         Invocation::Fd(opts) => fd_mode::run(&opts).map(Ending::Status),
-        Invocation::Holder { json, paths } => holder(json, &paths).map(Ending::Status),
+        Invocation::Holder { json, targets } => holder(json, &targets).map(Ending::Status),
         Invocation::Check {
             json,
             quiet,
             probe,
-            path,
-        } => check(json, quiet, probe, &path).map(Ending::Status),
+            target,
+        } => check(json, quiet, probe, &target).map(Ending::Status),
         Invocation::Done => Ok(Ending::Status(0)),
     }
 }
 
-fn holder(json: bool, paths: &[std::path::PathBuf]) -> Result<u8, Failure> {
+/// Inspects a lock where it lives: the kernel's table or etcd.
+fn inspect_target(target: &LockTarget, want_holders: bool) -> Result<inspect::Report, Failure> {
+    match target {
+        LockTarget::File(path) => inspect::inspect(path, want_holders),
+        LockTarget::Etcd(url) => Ok(etcd::inspect::inspect(url)),
+    }
+}
+
+fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
     let mut status = 0;
-    for path in paths {
-        match inspect::inspect(path, true) {
+    for target in targets {
+        match inspect_target(target, true) {
             Ok(found) => {
                 if found.unreadable {
                     status = exit_codes::NO_INPUT;
+                } else if found.state == State::Unknown && matches!(target, LockTarget::Etcd(_)) {
+                    status = exit_codes::UNAVAILABLE;
                 }
                 print_report(&found, json);
             }
@@ -68,9 +79,11 @@ fn holder(json: bool, paths: &[std::path::PathBuf]) -> Result<u8, Failure> {
     Ok(status)
 }
 
-fn check(json: bool, quiet: bool, probe: bool, path: &std::path::Path) -> Result<u8, Failure> {
-    let mut found = inspect::inspect(path, json || !quiet)?;
-    if probe && found.state == State::Unknown {
+fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8, Failure> {
+    let mut found = inspect_target(target, json || !quiet)?;
+    // --probe tries a file lock; an etcd lock's state is never in doubt
+    // while etcd answers, and a probe cannot help when it does not.
+    if let (true, State::Unknown, LockTarget::File(path)) = (probe, found.state, target) {
         found.state = inspect::probe(path)
             .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot probe", path, &e))?;
         found.reason =

@@ -80,10 +80,12 @@ fn held(report: &Report, path: &str) -> String {
         }) {
             let _ = write!(text, "\n  also held through {}", process(other));
         }
+        etcd_key(report, &mut text);
         return text;
     }
 
     let mut text = match report.holders.as_slice() {
+        [] if report.etcd.is_some() => format!("{path}: held ({mode}) by an etcd client"),
         [] => format!("{path}: held ({mode}) by a process this PID namespace cannot see"),
         [only] => format!("{path}: held ({mode}) by {}", process(only)),
         // One exclusive lock, its descriptor inherited by several processes.
@@ -116,7 +118,21 @@ fn held(report: &Report, path: &str) -> String {
         }
         Some(_) => {}
     }
+    etcd_key(report, &mut text);
     text
+}
+
+/// For a lock URL: the key, lease and fencing token behind the lock.
+fn etcd_key(report: &Report, text: &mut String) {
+    if let Some(etcd) = &report.etcd {
+        let _ = write!(
+            text,
+            "\n  etcd key {}, lease {}, fencing token {}",
+            escape(&etcd.key),
+            escape(&etcd.lease),
+            etcd.fencing_token
+        );
+    }
 }
 
 fn free(report: &Report, path: &str) -> String {

@@ -282,7 +282,7 @@ fn exec_in_place(mut command: Command, record: Option<Recording>) -> Ending {
 /// Blocks until the command has exited, without reaping it: while it is a
 /// zombie its pid cannot be reused, so the signal relay can be switched off
 /// before the pid is freed, and its start time can still be read.
-fn wait_until_exited(pid: i32) {
+pub(crate) fn wait_until_exited(pid: i32) {
     use rustix::process::{Pid, WaitIdOptions, waitid};
     let Some(pid) = Pid::from_raw(pid) else {
         return;
@@ -335,14 +335,14 @@ fn warn_record_failed(label: &str, e: &io::Error) {
     );
 }
 
-fn spawn_failure_status(e: &io::Error) -> u8 {
+pub(crate) fn spawn_failure_status(e: &io::Error) -> u8 {
     match e.kind() {
         io::ErrorKind::NotFound => exit_codes::NOT_FOUND,
         _ => exit_codes::CANNOT_EXECUTE,
     }
 }
 
-fn describe_spawn_error(e: &io::Error) -> String {
+pub(crate) fn describe_spawn_error(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::NotFound => "command not found".to_owned(),
         io::ErrorKind::PermissionDenied => format!("cannot execute: {e}"),

@@ -105,6 +105,7 @@ fn any_report() -> impl Strategy<Value = Report> {
                 exists,
                 waiting,
                 unreadable: false,
+                etcd: None,
             },
         )
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench/etcd.sh: acquire + run `true` + release on a loopback etcd, lockrun
+# beside `etcdctl lock NAME true` (and lockrun on a file, for scale).
+#
+#   bench/etcd.sh [--runs N]
+#
+#   LOCKRUN=path    lockrun binary (default target/release/lockrun, built with
+#                   `cargo build --release` if missing)
+#
+# Starts its own etcd on free loopback ports with a temp data dir, and stops
+# it at the end. Needs bash >= 5, hyperfine, etcd and etcdctl (Debian:
+# apt-get install hyperfine etcd-server etcd-client).
+# Exit status: 0 measured; 2 cannot run.
+set -euo pipefail
+
+RUNS=200
+case "${1:-}" in
+  --runs) RUNS=${2:?--runs needs a number} ;;
+  "") ;;
+  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
+die() { echo "etcd.sh: $*" >&2; exit 2; }
+for t in hyperfine etcd etcdctl; do
+  command -v "$t" >/dev/null 2>&1 || die "$t not found (Debian: apt-get install hyperfine etcd-server etcd-client)"
+done
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ -z "${LOCKRUN:-}" ]; then
+  LOCKRUN=$ROOT/target/release/lockrun
+  [ -x "$LOCKRUN" ] || (cd "$ROOT" && cargo build --release --locked --quiet) || die "build failed"
+fi
+[ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not executable"
+
+free_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  die "no free port"
+}
+dir=$(mktemp -d)
+client=$(free_port) peer=$(free_port)
+etcd --name bench --data-dir "$dir/data" \
+  --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+  --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+  --initial-cluster "bench=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
+etcd_pid=$!
+trap 'kill "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+ready=0
+for _ in $(seq 200); do
+  # `check` exits 1 (free) once etcd answers, 69 while it cannot be reached.
+  rc=0; "$LOCKRUN" check -q "etcd://127.0.0.1:$client/ready" || rc=$?
+  [ "$rc" -eq 1 ] && { ready=1; break; }
+  sleep 0.05
+done
+[ "$ready" = 1 ] || die "etcd did not answer within 10s (log: $dir/etcd.log)"
+
+export ETCDCTL_API=3
+echo "# etcd $(etcd --version | head -1 | awk '{print $3}'), loopback, $RUNS runs each; $(nproc) CPUs"
+hyperfine -N --warmup 10 --runs "$RUNS" --style basic --export-markdown "$dir/table.md" \
+  -n "lockrun etcd://.../bench true" "$LOCKRUN etcd://127.0.0.1:$client/bench true" \
+  -n "etcdctl lock bench true" "etcdctl --endpoints 127.0.0.1:$client lock bench true" \
+  -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" >/dev/null
+cat "$dir/table.md"

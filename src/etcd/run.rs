@@ -1,0 +1,344 @@
+//! The run form on a lock URL: grant a lease, take the lock, start the
+//! command with its fencing token, keep the lease alive until the command
+//! exits, release.
+//!
+//! Differences from a file lock, each forced by the medium: the lock lives
+//! only as long as lockrun renews the lease (so `-F` is refused, and the
+//! command gets SIGTERM if lockrun itself dies); the record gains the
+//! command's pid just after it starts; and losing the lock while the
+//! command runs stops the command and ends lockrun with 76.
+
+use super::EtcdUrl;
+use super::client::{Attempt, Client, EtcdError, Kv, key_for};
+use super::session::Session;
+use crate::display;
+use crate::exit_codes::{self, Failure};
+use crate::identity::Me;
+use crate::record::{self, Exit, Record};
+use crate::run::{Ending, describe_spawn_error, spawn_failure_status, wait_until_exited};
+use crate::signals::{self, LOCKED, WakePipe};
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a release or clean-up call may take: lockrun is finishing and
+/// must not hang on an etcd that stopped answering.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
+const TICK: Duration = Duration::from_millis(250);
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub url: EtcdUrl,
+    pub nonblocking: bool,
+    pub timeout: Option<Duration>,
+    pub conflict_status: u8,
+    pub command: Vec<OsString>,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub write_record: bool,
+    pub ttl: Duration,
+    pub kill_grace: Duration,
+}
+
+enum Outcome {
+    Acquired { revision: i64 },
+    Busy { owner: Option<Kv>, waited: Duration },
+    Interrupted(i32),
+    Failed(EtcdError),
+}
+
+pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
+    let label = display::escape(&opts.url.text);
+    signals::install().map_err(|e| {
+        Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot set up signal handling: {e}"),
+        )
+    })?;
+    let client = Client::new(opts.url.endpoints.clone());
+    let unavailable = |e: &EtcdError| {
+        Failure::new(
+            exit_codes::UNAVAILABLE,
+            format!("cannot take {label}: {e} (the command was not run)"),
+        )
+    };
+    let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(&e))?;
+    let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);
+    let give_up = |session: Session| {
+        session.finish();
+        let _ = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT);
+    };
+
+    let name = &opts.url.name;
+    let key = key_for(name, lease);
+    let mut record = opts.write_record.then(|| new_record(opts));
+    let value = record.as_ref().map(Record::to_line).unwrap_or_default();
+
+    let revision = match acquire(&client, &session, opts, &label, lease, &value) {
+        Outcome::Acquired { revision } => revision,
+        Outcome::Busy { owner, waited } => {
+            give_up(session);
+            if !opts.quiet {
+                eprintln!("lockrun: {}", busy_message(&label, owner.as_ref(), waited));
+            }
+            return Ok(Ending::Status(opts.conflict_status));
+        }
+        Outcome::Interrupted(sig) => {
+            give_up(session);
+            return Ok(Ending::Status(exit_codes::for_signal(sig)));
+        }
+        Outcome::Failed(e) => {
+            give_up(session);
+            return Err(unavailable(&e));
+        }
+    };
+    session.held(key.clone(), revision);
+    if let Some(r) = &mut record {
+        r.acquired_at = Some(display::now_rfc3339());
+    }
+    if opts.verbose {
+        eprintln!(
+            "lockrun: took the lock {label} (fencing token {revision}, lease {lease:x}, TTL {}s)",
+            ttl.as_secs()
+        );
+    }
+
+    let mut command = Command::new(&opts.command[0]);
+    command
+        .args(&opts.command[1..])
+        .env("LOCKRUN_LOCKFILE", &opts.url.text)
+        .env("LOCKRUN_MODE", "exclusive")
+        .env("LOCKRUN_FENCING_TOKEN", revision.to_string());
+    // If lockrun dies (even by SIGKILL), nobody renews the lease and the
+    // lock will pass to another holder within the TTL: the command must
+    // not outlive lockrun. prctl is a plain system call, safe after fork.
+    // SAFETY: the closure makes one async-signal-safe system call.
+    unsafe {
+        command.pre_exec(|| {
+            let _ = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::TERM,
+            ));
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let status = spawn_failure_status(&e);
+            eprintln!(
+                "lockrun: {}: {}",
+                display::escape(&opts.command[0].to_string_lossy()),
+                describe_spawn_error(&e)
+            );
+            give_up(session);
+            return Ok(Ending::Status(status));
+        }
+    };
+    let pid = child.id() as i32;
+    signals::command_started(pid);
+    session.command_started(pid);
+    if let Some(r) = &mut record {
+        r.pid = Some(i64::from(pid));
+        r.pid_start = crate::platform::process_start_time(pid);
+        // A failure here means the key is gone: the session notices and
+        // stops the command.
+        let _ = client.update_if_ours(&key, revision, &r.to_line(), lease);
+    }
+
+    wait_until_exited(pid);
+    signals::command_exited();
+    session.command_exited();
+    let status = child.wait().map_err(|e| {
+        Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot wait for the command: {e}"),
+        )
+    })?;
+    let lost = session.finish();
+    if let Some(reason) = lost {
+        let _ = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT);
+        eprintln!(
+            "lockrun: lost the lock {label} while the command ran: {reason}; the command (pid {pid}) was sent SIGTERM, and SIGKILL after {}",
+            display::span(opts.kill_grace)
+        );
+        return Ok(Ending::Status(exit_codes::LOCK_LOST));
+    }
+    if let Some(mut r) = record {
+        // The last holder's record outlives the lease under NAME itself,
+        // so a free lock still tells who ran last and how it ended.
+        r.released_at = Some(display::now_rfc3339());
+        r.exit = Some(Exit {
+            code: status.code(),
+            signal: status.signal(),
+        });
+        let _ = client.put(name, &r.to_line(), Instant::now() + CLEANUP_TIMEOUT);
+    }
+    if let Err(e) = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT) {
+        eprintln!(
+            "lockrun: could not release {label} ({e}); etcd releases it when the lease expires within {}s",
+            ttl.as_secs()
+        );
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => Ending::Status(code as u8),
+        (None, Some(sig)) => Ending::Signal(sig),
+        (None, None) => Ending::Status(exit_codes::OS_ERROR),
+    })
+}
+
+fn acquire(
+    client: &Client,
+    session: &Session,
+    opts: &RunOptions,
+    label: &str,
+    lease: i64,
+    value: &[u8],
+) -> Outcome {
+    let start = Instant::now();
+    let name = &opts.url.name;
+    let (revision, owner) = match client.attempt(name, lease, value) {
+        Err(e) => return Outcome::Failed(e),
+        Ok(Attempt::Acquired { revision }) => return Outcome::Acquired { revision },
+        Ok(Attempt::Queued { revision, owner }) => (revision, owner),
+    };
+    if opts.nonblocking || opts.timeout == Some(Duration::ZERO) {
+        return Outcome::Busy {
+            owner,
+            waited: Duration::ZERO,
+        };
+    }
+    if opts.verbose {
+        eprintln!(
+            "lockrun: waiting for {label}, held by {}",
+            holder_text(owner.as_ref())
+        );
+    }
+
+    // The wait happens in etcd (the lock service watches the key ahead of
+    // ours); a helper thread makes that call, so that this thread can keep
+    // the deadline and end the wait at a signal, through the same
+    // self-pipe the file path uses.
+    let wake = match WakePipe::new() {
+        Ok(wake) => wake,
+        Err(e) => return Outcome::Failed(local_error(&e)),
+    };
+    if let Some(sig) = signals::pending() {
+        return Outcome::Interrupted(sig);
+    }
+    let writer = match wake.writer() {
+        Ok(writer) => writer,
+        Err(e) => return Outcome::Failed(local_error(&e)),
+    };
+    let (report, outcome) = mpsc::channel();
+    let waiter = client.clone();
+    let lock_name = name.clone();
+    let spawned = std::thread::Builder::new()
+        .name("etcd-lock".into())
+        .spawn(move || {
+            let _ = report.send(waiter.wait_lock(&lock_name, lease));
+            let _ = rustix::io::write(&writer, &[LOCKED]);
+        });
+    if let Err(e) = spawned {
+        return Outcome::Failed(local_error(&e));
+    }
+    let ours = key_for(name, lease);
+    let deadline = opts.timeout.map(|t| start + t);
+    loop {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            let owner = client.owner(name).ok().and_then(|(owner, _)| owner);
+            return Outcome::Busy {
+                owner,
+                waited: now - start,
+            };
+        }
+        let until = deadline.map_or(now + TICK, |d| d.min(now + TICK));
+        match wake.wait(until.saturating_duration_since(now)) {
+            Ok(Some(LOCKED)) => {
+                return match outcome.try_recv() {
+                    Ok(Ok(key)) if key == ours => match signals::pending() {
+                        Some(sig) => Outcome::Interrupted(sig),
+                        None => Outcome::Acquired { revision },
+                    },
+                    Ok(Ok(key)) => Outcome::Failed(EtcdError {
+                        message: format!("etcd granted the lock to key {key}, not ours ({ours})"),
+                        unreachable: false,
+                    }),
+                    Ok(Err(e)) => Outcome::Failed(e),
+                    Err(_) => Outcome::Failed(EtcdError {
+                        message: "the lock-waiting thread vanished".into(),
+                        unreachable: false,
+                    }),
+                };
+            }
+            Ok(Some(sig)) => return Outcome::Interrupted(i32::from(sig)),
+            Ok(None) => {}
+            Err(e) => return Outcome::Failed(local_error(&e)),
+        }
+        if let Some(reason) = session.lost() {
+            return Outcome::Failed(EtcdError {
+                message: format!("lost the lease while waiting: {reason}"),
+                unreachable: true,
+            });
+        }
+    }
+}
+
+fn local_error(e: &std::io::Error) -> EtcdError {
+    EtcdError {
+        message: format!("cannot wait: {e}"),
+        unreachable: false,
+    }
+}
+
+fn holder_text(owner: Option<&Kv>) -> String {
+    let Some(owner) = owner else {
+        return "another client (it released the lock a moment ago)".to_owned();
+    };
+    match Record::parse(&owner.value).filter(|r| !r.is_released()) {
+        Some(record) => display::holder_summary(&record),
+        None => format!(
+            "another etcd client that left no lockrun record (key {}, lease {:x})",
+            display::escape(&owner.key),
+            owner.lease
+        ),
+    }
+}
+
+fn busy_message(label: &str, owner: Option<&Kv>, waited: Duration) -> String {
+    let holder = holder_text(owner);
+    if waited.is_zero() {
+        format!("{label} is held by {holder}")
+    } else {
+        format!(
+            "timed out after {} waiting for {label}, held by {holder}",
+            display::span(waited)
+        )
+    }
+}
+
+fn new_record(opts: &RunOptions) -> Record {
+    let me = Me::gather();
+    Record {
+        lockrun: record::FORMAT,
+        boot_id: me.boot_id,
+        lockrun_pid: Some(i64::from(std::process::id())),
+        host: me.host,
+        user: me.user,
+        uid: Some(me.uid),
+        command: Some(record::recordable_command(&opts.command)),
+        cwd: std::env::current_dir()
+            .ok()
+            .map(|d| d.to_string_lossy().into_owned()),
+        mode: Some("exclusive".to_owned()),
+        acquired_at: Some(display::now_rfc3339()),
+        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        pid_ns: me.pid_ns,
+        ..Record::default()
+    }
+}

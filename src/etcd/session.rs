@@ -1,0 +1,197 @@
+//! Keeping the lease alive while lockrun waits and while the command runs,
+//! and acting when the lock is lost.
+//!
+//! A lease is etcd's promise that our key lives while we renew it. A thread
+//! renews it every TTL/3 and, once a key is held, checks that the key is
+//! still ours. The lock counts as lost when etcd says the lease is gone,
+//! when the key was deleted, or when no renewal has succeeded for a whole
+//! TTL: by then etcd may have expired the lease and given the lock to
+//! someone else, so the command must stop. It gets SIGTERM, then SIGKILL
+//! after the grace period. Judged from our side, conservatively: the TTL is
+//! counted from when the last successful renewal was *sent*.
+
+use super::client::Client;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// After a failed renewal, try again this soon (bounded by the TTL).
+const RETRY: Duration = Duration::from_millis(250);
+
+#[derive(Default)]
+struct State {
+    stop: bool,
+    /// Our key and its creation revision, once the lock is held.
+    held: Option<(String, i64)>,
+    /// The running command; `None` before it starts and once it has exited
+    /// (it may then be an unreaped zombie: never signalled again).
+    command: Option<i32>,
+    exited: bool,
+    /// Why the lock was lost, once it was.
+    lost: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere poisons nothing we cannot read: take the data.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct Session {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    pub lease: i64,
+}
+
+impl Session {
+    /// Starts renewing `lease` (granted with `ttl`) at once.
+    pub fn start(client: Client, lease: i64, ttl: Duration, kill_grace: Duration) -> Session {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+        });
+        let inner = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("lease".into())
+            .spawn(move || keep_alive(&inner, &client, lease, ttl, kill_grace))
+            .ok();
+        if thread.is_none() {
+            shared.lock().lost = Some("cannot start the thread that renews the lease".into());
+        }
+        Session {
+            shared,
+            thread,
+            lease,
+        }
+    }
+
+    /// The lock is ours as `key`, created at `revision`: watch it.
+    pub fn held(&self, key: String, revision: i64) {
+        self.shared.lock().held = Some((key, revision));
+    }
+
+    pub fn lost(&self) -> Option<String> {
+        self.shared.lock().lost.clone()
+    }
+
+    /// The command runs as `pid`: if the lock is lost it gets SIGTERM, then
+    /// SIGKILL after the grace.
+    pub fn command_started(&self, pid: i32) {
+        self.shared.lock().command = Some(pid);
+        self.shared.wake.notify_all();
+    }
+
+    /// Call before reaping the command, so its pid is never signalled once
+    /// it could belong to another process.
+    pub fn command_exited(&self) {
+        let mut state = self.shared.lock();
+        state.command = None;
+        state.exited = true;
+        self.shared.wake.notify_all();
+    }
+
+    /// Stops renewing; returns why the lock was lost, if it was.
+    pub fn finish(mut self) -> Option<String> {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.lost()
+    }
+}
+
+fn keep_alive(shared: &Shared, client: &Client, lease: i64, ttl: Duration, grace: Duration) {
+    let interval = (ttl / 3).max(Duration::from_millis(100));
+    let mut valid_until = Instant::now() + ttl;
+    let mut next = Instant::now() + interval;
+    loop {
+        {
+            let mut state = shared.lock();
+            while !state.stop && Instant::now() < next {
+                let left = next.saturating_duration_since(Instant::now());
+                state = match shared.wake.wait_timeout(state, left) {
+                    Ok((guard, _)) => guard,
+                    Err(p) => p.into_inner().0,
+                };
+            }
+            if state.stop {
+                return;
+            }
+        }
+        let sent = Instant::now();
+        // Never wait for an answer past the moment the lease may expire.
+        let deadline = valid_until.max(sent + Duration::from_millis(50));
+        let verdict = match client.keepalive(lease, deadline) {
+            Ok(Some(granted)) => {
+                valid_until = sent + granted;
+                check_key(shared, client, valid_until)
+            }
+            Ok(None) => Err("etcd says the lease has expired".to_owned()),
+            Err(e) if Instant::now() >= valid_until => Err(format!(
+                "the lease could not be renewed for its whole TTL ({}s), so etcd may have given the lock to another holder: {e}",
+                ttl.as_secs()
+            )),
+            Err(_) => Ok(false),
+        };
+        match verdict {
+            Ok(true) => next = sent + interval,
+            Ok(false) => next = (Instant::now() + RETRY).min(valid_until),
+            Err(reason) => return enforce(shared, reason, grace),
+        }
+    }
+}
+
+/// Ok(true): fine; Ok(false): could not tell (retry soon); Err: lost.
+fn check_key(shared: &Shared, client: &Client, deadline: Instant) -> Result<bool, String> {
+    let Some((key, revision)) = shared.lock().held.clone() else {
+        return Ok(true);
+    };
+    match client.get(&key, deadline) {
+        Ok(Some(kv)) if kv.create_revision == revision => Ok(true),
+        Ok(_) => Err(format!("the lock key {key} was deleted in etcd")),
+        Err(_) => Ok(false),
+    }
+}
+
+/// The lock is lost: the command must not go on believing it holds it.
+fn enforce(shared: &Shared, reason: String, grace: Duration) {
+    let mut state = shared.lock();
+    state.lost = Some(reason);
+    // Wait for the command to exist (lost between acquiring and starting
+    // it), unless lockrun is finishing anyway.
+    while state.command.is_none() && !state.exited && !state.stop {
+        state = match shared.wake.wait(state) {
+            Ok(guard) => guard,
+            Err(p) => p.into_inner(),
+        };
+    }
+    let Some(pid) = state.command else {
+        return;
+    };
+    signal(pid, rustix::process::Signal::TERM);
+    let until = Instant::now() + grace;
+    while state.command.is_some() && Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        state = match shared.wake.wait_timeout(state, left) {
+            Ok((guard, _)) => guard,
+            Err(p) => p.into_inner().0,
+        };
+    }
+    // Still under the mutex: `command` is cleared before the pid is reaped.
+    if let Some(pid) = state.command {
+        signal(pid, rustix::process::Signal::KILL);
+    }
+}
+
+fn signal(pid: i32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
