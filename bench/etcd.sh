@@ -4,8 +4,8 @@
 #
 #   bench/etcd.sh [--runs N]
 #
-#   LOCKRUN=path    lockrun binary (default target/release/lockrun, built with
-#                   `cargo build --release` if missing)
+#   LOCKRUN=path    lockrun binary with lock URLs (default: built here with
+#                   `cargo build --release --features etcd` into target/etcd)
 #
 # Starts its own etcd on free loopback ports with a temp data dir, and stops
 # it at the end. Needs bash >= 5, hyperfine, etcd and etcdctl (Debian:
@@ -25,8 +25,8 @@ for t in hyperfine etcd etcdctl; do
 done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -z "${LOCKRUN:-}" ]; then
-  LOCKRUN=$ROOT/target/release/lockrun
-  [ -x "$LOCKRUN" ] || (cd "$ROOT" && cargo build --release --locked --quiet) || die "build failed"
+  LOCKRUN=$ROOT/target/etcd/release/lockrun
+  (cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/etcd cargo build --release --locked --quiet --features etcd) || die "build failed"
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not executable"
 

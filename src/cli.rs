@@ -183,7 +183,7 @@ pub enum Inspect {
 pub enum Invocation {
     Run(RunOptions),
     /// The run form on a lock URL.
-    EtcdRun(etcd::run::RunOptions),
+    EtcdRun(etcd::RunOptions),
     Fd(FdOptions),
     Holder {
         json: bool,
@@ -212,6 +212,9 @@ impl LockTarget {
     pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
         if !etcd::is_url(&arg) {
             return Ok(LockTarget::File(PathBuf::from(arg)));
+        }
+        if !etcd::ENABLED {
+            return Err(etcd::not_built());
         }
         let text = arg.to_str().ok_or_else(|| {
             Failure::new(
@@ -390,7 +393,7 @@ fn etcd_run(
             "--poll does not apply to etcd:// locks: etcd itself wakes the waiter",
         ));
     }
-    Ok(Invocation::EtcdRun(etcd::run::RunOptions {
+    Ok(Invocation::EtcdRun(etcd::RunOptions {
         url,
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
@@ -399,8 +402,8 @@ fn etcd_run(
         quiet: args.quiet,
         verbose: args.verbose,
         write_record: !args.no_record,
-        ttl: args.ttl.unwrap_or(etcd::run::DEFAULT_TTL),
-        kill_grace: args.kill_grace.unwrap_or(etcd::run::DEFAULT_KILL_GRACE),
+        ttl: args.ttl.unwrap_or(etcd::DEFAULT_TTL),
+        kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
     }))
 }
 

@@ -37,7 +37,7 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
 fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     match invocation {
         Invocation::Run(opts) => run::run(&opts),
-        Invocation::EtcdRun(opts) => etcd::run::run(&opts),
+        Invocation::EtcdRun(opts) => etcd::take_and_run(&opts),
         Invocation::Fd(opts) => fd_mode::run(&opts).map(Ending::Status),
         Invocation::Holder { json, targets } => holder(json, &targets).map(Ending::Status),
         Invocation::Check {
@@ -54,7 +54,7 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
 fn inspect_target(target: &LockTarget, want_holders: bool) -> Result<inspect::Report, Failure> {
     match target {
         LockTarget::File(path) => inspect::inspect(path, want_holders),
-        LockTarget::Etcd(url) => Ok(etcd::inspect::inspect(url)),
+        LockTarget::Etcd(url) => etcd::look_up(url),
     }
 }
 

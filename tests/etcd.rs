@@ -3,6 +3,8 @@
 //! directory. Without the `etcd` binary (Debian: etcd-server) the tests
 //! say so loudly, and fail under CI (LOCKRUN_TEST_REQUIRE_ALL).
 
+#![cfg(feature = "etcd")]
+
 mod common;
 
 use common::*;

@@ -574,3 +574,19 @@ fn a_failing_lock_call_exits_71_with_the_os_error() {
         ))
         .stderr(predicate::str::contains("os error 9"));
 }
+
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn lock_urls_say_how_to_get_them_when_built_without_etcd() {
+    for args in [
+        &["etcd://127.0.0.1:2379/job", "true"][..],
+        &["holder", "etcd://127.0.0.1:2379/job"][..],
+        &["check", "etcd://127.0.0.1:2379/job"][..],
+    ] {
+        lockrun()
+            .args(args)
+            .assert()
+            .code(64)
+            .stderr(predicate::str::contains("--features etcd"));
+    }
+}

@@ -12,14 +12,76 @@
 //! thread ([`session`]), a fencing token for the command, and the duty to
 //! stop the command when the lock is lost (exit 76).
 
+#[cfg(feature = "etcd")]
 pub mod base64;
+#[cfg(feature = "etcd")]
 pub mod client;
+#[cfg(feature = "etcd")]
 pub mod http;
+#[cfg(feature = "etcd")]
 pub mod inspect;
+#[cfg(feature = "etcd")]
 pub mod run;
+#[cfg(feature = "etcd")]
 pub mod session;
 
+use crate::exit_codes::Failure;
+use crate::inspect::Report;
+use crate::run::Ending;
+use std::ffi::OsString;
 use std::fmt;
+use std::time::Duration;
+
+/// Whether this build has lock URLs (the `etcd` cargo feature).
+pub const ENABLED: bool = cfg!(feature = "etcd");
+
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub url: EtcdUrl,
+    pub nonblocking: bool,
+    pub timeout: Option<Duration>,
+    pub conflict_status: u8,
+    pub command: Vec<OsString>,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub write_record: bool,
+    pub ttl: Duration,
+    pub kill_grace: Duration,
+}
+
+/// The run form on a lock URL.
+pub fn take_and_run(opts: &RunOptions) -> Result<Ending, Failure> {
+    #[cfg(feature = "etcd")]
+    return run::run(opts);
+    #[cfg(not(feature = "etcd"))]
+    {
+        let _ = opts;
+        Err(not_built())
+    }
+}
+
+/// `holder`/`check` on a lock URL.
+pub fn look_up(url: &EtcdUrl) -> Result<Report, Failure> {
+    #[cfg(feature = "etcd")]
+    return Ok(inspect::inspect(url));
+    #[cfg(not(feature = "etcd"))]
+    {
+        let _ = url;
+        Err(not_built())
+    }
+}
+
+/// What a build without the `etcd` feature says to a lock URL.
+pub fn not_built() -> Failure {
+    Failure::new(
+        crate::exit_codes::USAGE,
+        "this lockrun was built without lock URL (etcd://) support; \
+         reinstall it with `cargo install --locked --path . --features etcd`",
+    )
+}
 
 pub const SCHEME: &str = "etcd://";
 

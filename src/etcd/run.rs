@@ -8,7 +8,7 @@
 //! command's pid just after it starts; and losing the lock while the
 //! command runs stops the command and ends lockrun with 76.
 
-use super::EtcdUrl;
+use super::RunOptions;
 use super::client::{Attempt, Client, EtcdError, Kv, key_for};
 use super::session::Session;
 use crate::display;
@@ -17,33 +17,15 @@ use crate::identity::Me;
 use crate::record::{self, Exit, Record};
 use crate::run::{Ending, describe_spawn_error, spawn_failure_status, wait_until_exited};
 use crate::signals::{self, LOCKED, WakePipe};
-use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
-
 /// How long a release or clean-up call may take: lockrun is finishing and
 /// must not hang on an etcd that stopped answering.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(250);
-
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub url: EtcdUrl,
-    pub nonblocking: bool,
-    pub timeout: Option<Duration>,
-    pub conflict_status: u8,
-    pub command: Vec<OsString>,
-    pub quiet: bool,
-    pub verbose: bool,
-    pub write_record: bool,
-    pub ttl: Duration,
-    pub kill_grace: Duration,
-}
 
 enum Outcome {
     Acquired { revision: i64 },
