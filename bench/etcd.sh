@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # bench/etcd.sh: acquire + run `true` + release on a loopback etcd, lockrun
-# beside `etcdctl lock NAME true` (and lockrun on a file, for scale).
+# beside `etcdctl lock NAME true` (and lockrun on a file, for scale); then
+# handoff latency: a holder exits, how long until the queued waiter's
+# command starts.
 #
 #   bench/etcd.sh [--runs N]
 #
@@ -17,7 +19,7 @@ RUNS=200
 case "${1:-}" in
   --runs) RUNS=${2:?--runs needs a number} ;;
   "") ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 die() { echo "etcd.sh: $*" >&2; exit 2; }
 for t in hyperfine etcd etcdctl; do
@@ -62,3 +64,39 @@ hyperfine -N --warmup 10 --runs "$RUNS" --style basic --export-markdown "$dir/ta
   -n "etcdctl lock bench true" "etcdctl --endpoints 127.0.0.1:$client lock bench true" \
   -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" >/dev/null
 cat "$dir/table.md"
+
+# ---------------------------------------------------------------- handoff
+# A holder runs `read; date +%s%N` under the lock, fed through a FIFO; a
+# waiter queues behind it (seen in etcd: two keys under NAME/), then the
+# holder is released and the waiter's command stamps the clock.
+HANDOFFS=${HANDOFFS:-25}
+keys_under() { etcdctl --endpoints "127.0.0.1:$client" get --prefix "$1/" --keys-only | grep -c . || true; }
+handoff_once() { # $1 = lockrun|etcdctl, $2 = lock name; prints waiter - holder in µs
+  local tool=$1 name=$2 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
+  mkfifo "$fifo"
+  local run
+  if [ "$tool" = lockrun ]; then run=("$LOCKRUN" "etcd://127.0.0.1:$client/$name");
+  else run=(etcdctl --endpoints "127.0.0.1:$client" lock "$name" --); fi
+  "${run[@]}" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
+  local holder=$!
+  for _ in $(seq 400); do [ "$(keys_under "$name")" -ge 1 ] && break; sleep 0.01; done
+  "${run[@]}" date +%s%N >"$wait_out" &
+  local waiter=$!
+  for _ in $(seq 400); do [ "$(keys_under "$name")" -ge 2 ] && break; sleep 0.01; done
+  [ "$(keys_under "$name")" -ge 2 ] || die "the $tool waiter never queued"
+  echo go >"$fifo"
+  timeout 20 tail --pid="$waiter" -f /dev/null || die "the $tool waiter did not finish"
+  wait "$holder" "$waiter" || true
+  local h w; h=$(grep -E '^[0-9]+$' "$hold_out" | tail -1); w=$(grep -E '^[0-9]+$' "$wait_out" | tail -1)
+  rm -f "$fifo" "$hold_out" "$wait_out"
+  echo $(( (w - h) / 1000 ))
+}
+echo
+echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each (ms)"
+printf '%-10s %8s %8s %8s\n' tool p50 p90 max
+for tool in lockrun etcdctl; do
+  samples=()
+  for i in $(seq "$HANDOFFS"); do samples+=("$(handoff_once "$tool" "handoff-$tool-$i")"); done
+  printf '%s\n' "${samples[@]}" | sort -n | awk -v t="$tool" '{a[NR]=$1} END {
+    printf "%-10s %8.2f %8.2f %8.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
+done
