@@ -76,6 +76,12 @@ pub fn acquire(
         // thread in between. A signal ends lockrun from its handler.
         observer.waiting(Duration::ZERO);
         signals::blocked_in_flock(true);
+        // A signal that came before the flag was set was only noted.
+        if let Some(sig) = signals::pending() {
+            signals::blocked_in_flock(false);
+            observer.done();
+            return Err(NotAcquired::Interrupted(sig));
+        }
         let result = lock.lock(mode);
         signals::blocked_in_flock(false);
         observer.done();
