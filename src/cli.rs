@@ -69,12 +69,12 @@ pub struct RunArgs {
     nonblock: bool,
 
     /// Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]
-    #[arg(short = 'w', long = "timeout", visible_alias = "wait", value_name = "DURATION",
+    #[arg(short = 'w', long = "timeout", visible_alias = "wait", value_name = "DURATION", allow_negative_numbers = true,
           value_parser = parse_duration, help_heading = "Waiting")]
     timeout: Option<Duration>,
 
     /// Retry every INTERVAL instead of a blocking kernel wait
-    #[arg(long, value_name = "INTERVAL", value_parser = parse_duration, help_heading = "Waiting")]
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_duration, allow_negative_numbers = true, help_heading = "Waiting")]
     poll: Option<Duration>,
 
     /// Exit status when the lock is not acquired
@@ -145,7 +145,7 @@ pub enum Inspect {
         override_usage = "lockrun holder [--json] LOCKFILE...",
         after_help = "Held or free comes from the kernel's lock table; the holder record adds who \
                       and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
-                      cannot be read; 69 etcd cannot be reached.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
+                      cannot be read; 69 etcd cannot be reached; 64 usage error.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
     )]
     Holder {
         /// One JSON object per path, one per line
@@ -159,7 +159,7 @@ pub enum Inspect {
     #[command(
         override_usage = "lockrun check [--json] [-q] [--probe] LOCKFILE",
         after_help = "Exit status: 0 held; 1 not held (or no lock file); 69 cannot tell without \
-                      taking the lock (network file system, holder in another PID namespace).\n\n\
+                      taking the lock (network file system, holder in another PID namespace); 64 usage error.\n\n\
                       Example:\n  lockrun check -q /var/lock/backup.lock && echo \"backup running\""
     )]
     Check {

@@ -69,11 +69,20 @@ pub fn clock(t: SystemTime) -> String {
     s.get(11..19).unwrap_or(&s).to_owned()
 }
 
-/// `13m 20s`, whole seconds (sub-second precision is noise here).
+/// `250ms`, `1.8s`, `13m 20s`: tenths of a second under a minute (a
+/// `-w 1.8` timeout must not read as "1s"), whole seconds above.
 pub fn span(d: Duration) -> String {
     let secs = d.as_secs();
     if secs == 0 {
         return format!("{}ms", d.as_millis());
+    }
+    if secs < 60 {
+        let tenths = d.subsec_millis() / 100;
+        return if tenths == 0 {
+            format!("{secs}s")
+        } else {
+            format!("{secs}.{tenths}s")
+        };
     }
     humantime::format_duration(Duration::from_secs(secs)).to_string()
 }

@@ -97,6 +97,19 @@ impl WaitObserver for Progress<'_> {
     }
 }
 
+/// The last holder a released (or dead) record names, for a conflict whose
+/// holder left no record of its own: typically a background child of that
+/// command, which inherited the lock.
+pub fn last_recorded(lock: &LockFile) -> Option<String> {
+    let content = record::read_content(lock.file()).ok()?;
+    let record = Record::parse(&content)?;
+    Some(format!(
+        "pid {} ({})",
+        record.pid.unwrap_or(0),
+        display::record_command(&record)
+    ))
+}
+
 /// Who holds the lock according to its record, if the record names a live
 /// holder. Reads only the record and /proc/PID/stat, never the kernel's lock
 /// table: that is `holder`'s job, not the run path's.

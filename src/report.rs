@@ -29,7 +29,7 @@ pub fn human(report: &Report) -> String {
             plural(report.waiting, "process", "processes")
         );
     }
-    if report.unreadable {
+    if report.unreadable && !(report.state == State::Free && report.record.is_none()) {
         out.push_str("\n  (the lock file's content could not be read, so its record is unknown)");
     }
     out
@@ -140,6 +140,11 @@ fn free(report: &Report, path: &str) -> String {
         return format!("{path}: free, no lock file");
     }
     let Some(record) = &report.record else {
+        if report.unreadable {
+            return format!(
+                "{path}: free; its content could not be read, so who held it last is unknown"
+            );
+        }
         return format!("{path}: free (no holder record)");
     };
     let acquired = record.acquired_at.as_deref().and_then(display::parse_time);
@@ -173,6 +178,10 @@ fn free(report: &Report, path: &str) -> String {
     }
     if let Some(exit) = &record.exit {
         let _ = write!(text, ", {}", display::exit(exit));
+    } else if !record.is_released() && record.pid.is_some() && record.pid == record.lockrun_pid {
+        // -F: lockrun became the command, so nobody was left to record
+        // the end. That is normal, not a crash.
+        text.push_str(" (run with -F: how it ended is not recorded)");
     } else if !record.is_released() {
         match report.record_holder_alive {
             Some(false) => text.push_str(", which crashed or was killed without releasing it"),

@@ -196,20 +196,15 @@ fn not_acquired(
     match not {
         NotAcquired::Busy { waited } => {
             if !quiet {
-                let holder = progress::held_by(lock);
-                let message = match (waited.is_zero(), holder) {
-                    (true, Some(h)) => format!("{label} is held by {h}"),
-                    (true, None) => format!(
-                        "{label} is held by another process, which left no holder record (`lockrun holder {label}` names it)"
-                    ),
-                    (false, Some(h)) => format!(
-                        "timed out after {} waiting for {label}, held by {h}",
+                let holder =
+                    progress::held_by(lock).unwrap_or_else(|| unrecorded_holder(lock, label));
+                let message = if waited.is_zero() {
+                    format!("{label} is held by {holder}")
+                } else {
+                    format!(
+                        "timed out after {} waiting for {label}, held by {holder}",
                         display::span(waited)
-                    ),
-                    (false, None) => format!(
-                        "timed out after {} waiting for {label}, held by a process that left no holder record (`lockrun holder {label}` names it)",
-                        display::span(waited)
-                    ),
+                    )
                 };
                 eprintln!("lockrun: {message}");
             }
@@ -222,6 +217,20 @@ fn not_acquired(
             lock.path(),
             &e,
         )),
+    }
+}
+
+/// Names a holder that has no live record: `holder` can name it from the
+/// kernel, the run path does not look there.
+fn unrecorded_holder(lock: &LockFile, label: &str) -> String {
+    match progress::last_recorded(lock) {
+        Some(last) => format!(
+            "a process the record does not name (it names {last}, which is gone; \
+             a background child of it may hold the lock): `lockrun holder {label}` names it"
+        ),
+        None => format!(
+            "another process, which left no holder record (`lockrun holder {label}` names it)"
+        ),
     }
 }
 

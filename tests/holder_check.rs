@@ -578,7 +578,7 @@ fn live_status_line_on_a_terminal_only() {
         shown.contains("\r\x1b[Klockrun: waiting for"),
         "no live line: {shown:?}"
     );
-    assert!(shown.contains(" / 1s"), "no timeout shown: {shown:?}");
+    assert!(shown.contains(" / 1.6s"), "no timeout shown: {shown:?}");
     // Piped stderr: no carriage returns, no escapes.
     let out = lockrun()
         .args(["-w", "1.3"])

@@ -145,7 +145,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     if let Some(reason) = lost {
         let _ = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT);
         eprintln!(
-            "lockrun: lost the lock {label} while the command ran: {reason}; the command (pid {pid}) was sent SIGTERM, and SIGKILL after {}",
+            "lockrun: lost the lock {label} while the command ran: {reason}; the command (pid {pid}) was sent SIGTERM (and SIGKILL if it still ran {} later)",
             display::span(opts.kill_grace)
         );
         return Ok(Ending::Status(exit_codes::LOCK_LOST));
