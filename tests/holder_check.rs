@@ -108,6 +108,13 @@ fn exec_mode_records_lockruns_own_pid_and_no_release() {
     assert_eq!(record["lockrun_pid"], sh_pid);
     let after = record_json(&lock);
     assert!(after.get("released_at").is_none() && after.get("exit").is_none());
+    // A clean -F run is not a crash.
+    let text = holder_text(&lock);
+    assert!(
+        text.contains("(run with -F: how it ended is not recorded)"),
+        "{text}"
+    );
+    assert!(!text.contains("crashed"), "{text}");
 }
 
 #[test]

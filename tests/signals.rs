@@ -248,7 +248,11 @@ fn without_close_a_background_child_keeps_the_lock() {
         .unwrap();
     assert!(out.status.success());
     let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    try_lock_now(&lock).code(75);
+    try_lock_now(&lock)
+        .code(75)
+        .stderr(predicates::str::contains(
+            "a background child of it may hold the lock",
+        ));
     let text =
         String::from_utf8(lockrun().arg("holder").arg(&lock).output().unwrap().stdout).unwrap();
     assert!(text.contains(&format!("pid {daemon} `sleep 60`")), "{text}");
