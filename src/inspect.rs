@@ -64,8 +64,8 @@ pub struct Holder {
     pub pid: i32,
     pub mode: &'static str,
     pub command: Option<Vec<String>>,
-    /// The pid the kernel names as having taken the lock, when that is not
-    /// this process (it inherited the descriptor). The caller may be gone.
+    /// The pid the kernel names as having taken the lock, when that process
+    /// no longer holds it: this one inherited the descriptor.
     pub locked_by: Option<i32>,
 }
 
@@ -265,18 +265,18 @@ fn holders(dev: u64, ino: u64, held: &[&KernelLock]) -> Vec<Holder> {
         // kernel's pid is the best we have.
         return held.iter().map(|l| describe(l.pid, l.mode, None)).collect();
     }
-    let callers: Vec<i32> = held.iter().map(|l| l.pid).collect();
+    // When the process that called flock no longer holds the lock, say so:
+    // the holders inherited it. Decided from the descriptors, not from
+    // whether that pid exists: once it has exited, its pid may already be
+    // someone else's.
+    let gone_callers: Vec<i32> = held
+        .iter()
+        .map(|l| l.pid)
+        .filter(|&c| c > 0 && !fd_holders.iter().any(|h| h.pid == c))
+        .collect();
     fd_holders
         .iter()
-        .map(|h| {
-            // When the process that called flock is gone, say so: the
-            // holder inherited the lock from it.
-            let caller = callers
-                .iter()
-                .copied()
-                .find(|&c| c != h.pid && c > 0 && platform::process_exists(c) == Some(false));
-            describe(h.pid, h.mode, caller)
-        })
+        .map(|h| describe(h.pid, h.mode, gone_callers.first().copied()))
         .collect()
 }
 

@@ -215,7 +215,10 @@ fn process(holder: &Holder) -> String {
         .unwrap_or_else(|| "?".to_owned());
     let mut text = format!("pid {} `{command}`", holder.pid);
     if let Some(caller) = holder.locked_by {
-        let _ = write!(text, ", which inherited it from pid {caller} (exited)");
+        let _ = write!(
+            text,
+            ", which inherited it from pid {caller} (no longer a holder)"
+        );
     }
     text
 }

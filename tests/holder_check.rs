@@ -252,7 +252,7 @@ fn holder_names_the_process_that_inherited_the_lock() {
     let text = holder_text(&lock);
     assert!(
         text.contains(&format!(
-            "by pid {sleeper} `sleep 60`, which inherited it from pid {} (exited)",
+            "by pid {sleeper} `sleep 60`, which inherited it from pid {} (no longer a holder)",
             flock.pid()
         )),
         "{text}"
