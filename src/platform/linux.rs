@@ -125,18 +125,33 @@ pub fn pid_namespace() -> Option<u64> {
 }
 
 /// The flock(2) locks the kernel lists for one file, from /proc/locks.
+///
+/// The kernel writes the table a page per read(2), and resumes the next
+/// read by position: when locks ahead of that position go away in between,
+/// entries shift and one can be skipped. A held lock reported as free is
+/// the one error `holder` must not make, so a table longer than a page that
+/// shows no holder is read again (a lock that is really held shows up in
+/// one of the readings unless every one of them skips it).
 pub fn kernel_locks(dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
-    let table = fs::read_to_string("/proc/locks")?;
-    Ok(table
-        .lines()
-        .filter_map(parse_lock_line)
-        .filter(|l| l.dev_major == major(dev) && l.dev_minor == minor(dev) && l.ino == ino)
-        .map(|l| KernelLock {
-            pid: l.pid,
-            mode: l.mode,
-            waiting: l.waiting,
-        })
-        .collect())
+    const ONE_PAGE: usize = 4096;
+    let mut locks = Vec::new();
+    for _ in 0..3 {
+        let table = fs::read_to_string("/proc/locks")?;
+        locks = table
+            .lines()
+            .filter_map(parse_lock_line)
+            .filter(|l| l.dev_major == major(dev) && l.dev_minor == minor(dev) && l.ino == ino)
+            .map(|l| KernelLock {
+                pid: l.pid,
+                mode: l.mode,
+                waiting: l.waiting,
+            })
+            .collect();
+        if table.len() < ONE_PAGE || locks.iter().any(|l: &KernelLock| !l.waiting) {
+            break;
+        }
+    }
+    Ok(locks)
 }
 
 /// The processes that really hold the lock: those with a descriptor on the
