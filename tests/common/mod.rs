@@ -156,21 +156,29 @@ fn lock_id(path: &Path) -> String {
 
 /// How many processes the kernel shows blocked waiting on `path`.
 pub fn kernel_waiters(path: &Path) -> usize {
-    let id = lock_id(path);
-    std::fs::read_to_string("/proc/locks")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains(" -> ") && l.contains(&id))
-        .count()
+    kernel_entries(path, true)
 }
 
 pub fn kernel_holders(path: &Path) -> usize {
-    let id = lock_id(path);
-    std::fs::read_to_string("/proc/locks")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.contains(" -> ") && l.contains(&id))
-        .count()
+    kernel_entries(path, false)
+}
+
+/// The most entries seen over two readings: the kernel serves /proc/locks
+/// a page per read and can skip an entry when other locks come and go
+/// between reads (other tests run in parallel), never the other way round.
+fn kernel_entries(path: &Path, waiting: bool) -> usize {
+    // The trailing space keeps inode 123 from matching inode 1234.
+    let id = format!("{} ", lock_id(path));
+    (0..2)
+        .map(|_| {
+            std::fs::read_to_string("/proc/locks")
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(" -> ") == waiting && l.contains(&id))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 pub fn kill(pid: i32, signal: &str) {
