@@ -74,6 +74,16 @@ pub struct Exit {
 }
 
 impl Exit {
+    /// How a command that ran ended.
+    pub fn of(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        Exit {
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+
+    /// A command that never ran (126/127).
     pub fn code(code: u8) -> Exit {
         Exit {
             code: Some(i32::from(code)),

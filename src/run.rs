@@ -14,13 +14,13 @@ use crate::progress::{self, Progress};
 use crate::record::{self, ChildRecord, Exit, Record};
 use crate::signals;
 use crate::wait::{self, NotAcquired, WaitPolicy};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -147,12 +147,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let status = spawn_failure_status(&e);
-            eprintln!(
-                "lockrun: {}: {}",
-                display::escape(&opts.command[0].to_string_lossy()),
-                describe_spawn_error(&e)
-            );
+            let status = report_spawn_failure(&opts.command[0], &e);
             if let Some(recording) = record {
                 recording.finish(None, Exit::code(status));
             }
@@ -162,28 +157,12 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let pid = child.id() as i32;
     signals::command_started(pid);
 
-    wait_until_exited(pid);
-    signals::command_exited();
-    let start = crate::platform::process_start_time(pid);
-    let status = child.wait().map_err(|e| {
-        Failure::new(
-            exit_codes::OS_ERROR,
-            format!("cannot wait for the command: {e}"),
-        )
-    })?;
-    let exit = Exit {
-        code: status.code(),
-        signal: status.signal(),
-    };
+    let (status, start) = wait_for_command(&mut child, crate::platform::process_start_time)?;
     if let Some(recording) = record {
-        recording.finish(Some((pid, start)), exit);
+        recording.finish(Some((pid, start)), Exit::of(status));
     }
     drop(lock);
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => Ending::Status(code as u8),
-        (None, Some(sig)) => Ending::Signal(sig),
-        (None, None) => Ending::Status(exit_codes::OS_ERROR),
-    })
+    Ok(Ending::of(status))
 }
 
 fn not_acquired(
@@ -276,33 +255,45 @@ fn exec_in_place(mut command: Command, record: Option<Recording>) -> Ending {
         recording
     });
     let error = command.exec();
-    let status = spawn_failure_status(&error);
-    eprintln!(
-        "lockrun: {}: {}",
-        display::escape(&command.get_program().to_string_lossy()),
-        describe_spawn_error(&error)
-    );
+    let status = report_spawn_failure(command.get_program(), &error);
     if let Some(recording) = record {
         recording.finish(None, Exit::code(status));
     }
     Ending::Status(status)
 }
 
-/// Blocks until the command has exited, without reaping it: while it is a
-/// zombie its pid cannot be reused, so the signal relay can be switched off
-/// before the pid is freed, and its start time can still be read.
-pub(crate) fn wait_until_exited(pid: i32) {
-    use rustix::process::{Pid, WaitIdOptions, waitid};
-    let Some(pid) = Pid::from_raw(pid) else {
-        return;
-    };
-    loop {
-        match waitid(
-            rustix::process::WaitId::Pid(pid),
-            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
-        ) {
-            Err(rustix::io::Errno::INTR) => continue,
-            _ => return,
+/// Waits for the command and reaps it. In between, while the command is a
+/// zombie, its pid cannot be reused: signal forwarding is switched off
+/// then, before the pid is freed, and `while_zombie` can still read
+/// /proc/PID (its start time, say).
+pub(crate) fn wait_for_command<T>(
+    child: &mut Child,
+    while_zombie: impl FnOnce(i32) -> T,
+) -> Result<(ExitStatus, T), Failure> {
+    use rustix::process::{Pid, WaitId, WaitIdOptions, waitid};
+    let pid = child.id() as i32;
+    if let Some(raw) = Pid::from_raw(pid) {
+        let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+        while let Err(rustix::io::Errno::INTR) = waitid(WaitId::Pid(raw), exited) {}
+    }
+    signals::command_exited();
+    let seen = while_zombie(pid);
+    let status = child.wait().map_err(|e| {
+        Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot wait for the command: {e}"),
+        )
+    })?;
+    Ok((status, seen))
+}
+
+impl Ending {
+    /// Ends lockrun as the command ended.
+    pub fn of(status: ExitStatus) -> Ending {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Ending::Status(code as u8),
+            (None, Some(sig)) => Ending::Signal(sig),
+            (None, None) => Ending::Status(exit_codes::OS_ERROR),
         }
     }
 }
@@ -344,17 +335,15 @@ fn warn_record_failed(label: &str, e: &io::Error) {
     );
 }
 
-pub(crate) fn spawn_failure_status(e: &io::Error) -> u8 {
-    match e.kind() {
-        io::ErrorKind::NotFound => exit_codes::NOT_FOUND,
-        _ => exit_codes::CANNOT_EXECUTE,
-    }
-}
-
-pub(crate) fn describe_spawn_error(e: &io::Error) -> String {
-    match e.kind() {
-        io::ErrorKind::NotFound => "command not found".to_owned(),
-        io::ErrorKind::PermissionDenied => format!("cannot execute: {e}"),
-        _ => format!("cannot execute: {e}"),
+/// Says why the command could not be started; returns the shell's status
+/// for it: 127 not found, 126 anything else.
+pub(crate) fn report_spawn_failure(program: &OsStr, e: &io::Error) -> u8 {
+    let program = display::escape(&program.to_string_lossy());
+    if e.kind() == io::ErrorKind::NotFound {
+        eprintln!("lockrun: {program}: command not found");
+        exit_codes::NOT_FOUND
+    } else {
+        eprintln!("lockrun: {program}: cannot execute: {e}");
+        exit_codes::CANNOT_EXECUTE
     }
 }

@@ -15,9 +15,9 @@ use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
 use crate::record::{self, Exit, Record};
-use crate::run::{Ending, describe_spawn_error, spawn_failure_status, wait_until_exited};
+use crate::run::{Ending, report_spawn_failure, wait_for_command};
 use crate::signals::{self, LOCKED, WakePipe};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -111,12 +111,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let status = spawn_failure_status(&e);
-            eprintln!(
-                "lockrun: {}: {}",
-                display::escape(&opts.command[0].to_string_lossy()),
-                describe_spawn_error(&e)
-            );
+            let status = report_spawn_failure(&opts.command[0], &e);
             give_up(session);
             return Ok(Ending::Status(status));
         }
@@ -132,15 +127,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         let _ = client.update_if_ours(&key, revision, &r.to_line(), lease);
     }
 
-    wait_until_exited(pid);
-    signals::command_exited();
-    session.command_exited();
-    let status = child.wait().map_err(|e| {
-        Failure::new(
-            exit_codes::OS_ERROR,
-            format!("cannot wait for the command: {e}"),
-        )
-    })?;
+    let (status, ()) = wait_for_command(&mut child, |_| session.command_exited())?;
     let lost = session.finish();
     if let Some(reason) = lost {
         let _ = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT);
@@ -154,10 +141,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         // The last holder's record outlives the lease under NAME itself,
         // so a free lock still tells who ran last and how it ended.
         r.released_at = Some(display::now_rfc3339());
-        r.exit = Some(Exit {
-            code: status.code(),
-            signal: status.signal(),
-        });
+        r.exit = Some(Exit::of(status));
         let _ = client.put(name, &r.to_line(), Instant::now() + CLEANUP_TIMEOUT);
     }
     if let Err(e) = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT) {
@@ -166,11 +150,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
             ttl.as_secs()
         );
     }
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => Ending::Status(code as u8),
-        (None, Some(sig)) => Ending::Signal(sig),
-        (None, None) => Ending::Status(exit_codes::OS_ERROR),
-    })
+    Ok(Ending::of(status))
 }
 
 fn acquire(
