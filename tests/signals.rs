@@ -237,17 +237,24 @@ fn exec_mode_becomes_the_command_and_the_lock_lasts_until_it_exits() {
     try_lock_now(&lock).success();
 }
 
-#[test]
-fn without_close_a_background_child_keeps_the_lock() {
-    let dir = temp_dir();
-    let lock = lock_in(&dir);
+/// Runs `lockrun ARGS LOCK -- sh -c 'sleep 60 & echo $!'` to completion and
+/// returns the pid of the `sleep` the command left behind.
+fn run_starting_a_daemon(args: &[&str], lock: &std::path::Path) -> i32 {
     let out = std_lockrun()
-        .arg(&lock)
+        .args(args)
+        .arg(lock)
         .args(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"])
         .output()
         .unwrap();
     assert!(out.status.success());
-    let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn without_close_a_background_child_keeps_the_lock() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let daemon = run_starting_a_daemon(&[], &lock);
     try_lock_now(&lock)
         .code(75)
         .stderr(predicates::str::contains(
@@ -264,14 +271,7 @@ fn without_close_a_background_child_keeps_the_lock() {
 fn with_close_a_background_child_does_not_keep_the_lock() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    let out = std_lockrun()
-        .arg("-o")
-        .arg(&lock)
-        .args(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let daemon = run_starting_a_daemon(&["-o"], &lock);
     assert!(!process_gone(daemon), "the daemon should still run");
     try_lock_now(&lock).success();
     kill(daemon, "KILL");
