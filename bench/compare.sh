@@ -3,8 +3,9 @@
 #
 #   bench/compare.sh [--quick] [--only ROWS] [--dir DIR] [--strict]
 #
-#   LOCKRUN=path    lockrun binary (default target/release/lockrun, built with
-#                   `cargo build --release` if missing)
+#   LOCKRUN=path    lockrun binary (default: the one `cargo build --release`
+#                   builds, in target/<host tuple>/release/)
+#   LOCKRUN_ARGS=.. extra lockrun options, split on spaces (e.g. --no-record)
 #   --quick         fewer runs (a smoke test, about 10 s; a full run takes about 30 s)
 #   --only ROWS     comma list of: overhead,exec,handoff,contention,waiters,rss
 #   --dir DIR       where the lock files go (default: a new temp dir in $TMPDIR)
@@ -19,7 +20,7 @@
 set -euo pipefail
 
 QUICK=0 ONLY="overhead,exec,handoff,contention,waiters,rss" LOCKDIR="" STRICT=0
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
@@ -41,23 +42,18 @@ for t in hyperfine flock awk sort timeout stat mkfifo date; do
 done
 [ -r /proc/locks ] || die "/proc/locks is not readable (Linux with /proc needed)"
 if [ -z "${LOCKRUN:-}" ]; then
-  # target/<triple>/release when .cargo/config.toml sets build.target
-  find_built() {
-    local f
-    for f in "$ROOT"/target/release/lockrun "$ROOT"/target/*/release/lockrun; do
-      [ -x "$f" ] && { echo "$f"; return 0; }
-    done
-    return 1
-  }
-  if ! LOCKRUN=$(find_built); then
-    command -v cargo >/dev/null 2>&1 || die "no target/release/lockrun and no cargo to build it; set LOCKRUN"
-    echo "# building lockrun (cargo build --release)" >&2
-    (cd "$ROOT" && cargo build --release --quiet) || die "cargo build --release failed"
-    LOCKRUN=$(find_built) || die "cargo build --release left no lockrun binary under target/"
-  fi
+  # Build (a no-op when up to date) and ask cargo where the binary is: with
+  # .cargo/config.toml it is target/<host tuple>/release/lockrun, and a
+  # stale target/release/lockrun from an older checkout must not be taken.
+  command -v cargo >/dev/null 2>&1 || die "no cargo to build lockrun with; set LOCKRUN=/path/to/lockrun"
+  echo "# building lockrun (cargo build --release --locked)" >&2
+  LOCKRUN=$(cd "$ROOT" && cargo build --release --locked --bin lockrun --message-format=json-render-diagnostics \
+    | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "cargo build --release failed"
+  [ -n "$LOCKRUN" ] || die "cargo build --release named no lockrun binary"
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not an executable file"
 LOCKRUN=$(cd "$(dirname "$LOCKRUN")" && pwd)/$(basename "$LOCKRUN")
+read -r -a EXTRA <<<"${LOCKRUN_ARGS:-}"
 HAVE_CHPST=0; command -v chpst >/dev/null 2>&1 && HAVE_CHPST=1
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/lockrun-bench.XXXXXX") || die "cannot create a temp dir"
@@ -138,8 +134,8 @@ has_line() { [ -s "$1" ] && grep -q "^$2\$" "$1"; }
 # argv of "run CMD under the lock $2" for tool $1, into the array T.
 tool() {
   case $1 in
-    lockrun) T=("$LOCKRUN" "$2" --) ;;
-    lockrun-F) T=("$LOCKRUN" -F "$2" --) ;;
+    lockrun) T=("$LOCKRUN" "${EXTRA[@]}" "$2" --) ;;
+    lockrun-F) T=("$LOCKRUN" "${EXTRA[@]}" -F "$2" --) ;;
     flock) T=(flock "$2") ;;
     flock-F) T=(flock -F "$2") ;;
     chpst) T=(chpst -l "$2") ;;
@@ -218,7 +214,7 @@ fstype=$(stat -f -c %T "$LD")
 command -v findmnt >/dev/null 2>&1 && fstype="$fstype ($(findmnt -n -o FSTYPE,SOURCE -T "$LD" | tr -s ' ' ' '))"
 echo "# lockrun vs flock(1): $(date -u +%FT%TZ) on $(uname -srm), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# lock dir $LD: $fstype"
-echo "# lockrun: $LOCKRUN ($("$LOCKRUN" --version 2>/dev/null || echo '?'))"
+echo "# lockrun: $LOCKRUN ($("$LOCKRUN" --version 2>/dev/null || echo '?'))${EXTRA[*]:+ with ${EXTRA[*]}}"
 echo "# $(flock --version 2>&1 | head -1); $(hyperfine --version); chpst: $([ $HAVE_CHPST = 1 ] && command -v chpst || echo 'not installed')"
 echo "# runs: overhead ${ROUNDS}x${RUNS} (warmup $WARM), handoff $HREPS, contention ${PROCS}x${ITERS} x$CREPS, waiters K=$K x$DREPS, rss x$RREPS"
 
@@ -229,6 +225,7 @@ if want overhead; then
   echo "# overhead: uncontended TOOL L true" >&2
   bench_overhead overhead lockrun=lockrun flock=flock true=true
   rec=$(cat "$LD/overhead-lockrun.lock")
+  case " ${EXTRA[*]} " in *" --no-record "*) rec='"released_at":"-","exit":{"code":0}' ;; esac
   case $rec in
     *'"released_at":'*'"exit":{"code":0}'*) ;;
     *) broken "lockrun's record after 'lockrun L -- true' is not a completed record: $rec" ;;
