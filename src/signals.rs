@@ -36,12 +36,23 @@ static WAKE: AtomicI32 = AtomicI32::new(-1);
 static BLOCKED_IN_FLOCK: AtomicBool = AtomicBool::new(false);
 
 static INSTALL: Once = Once::new();
+/// The signals lockrun has a handler for, one bit each.
+static HANDLED: AtomicU64 = AtomicU64::new(0);
 
 /// Starts catching the forwarded signals. Idempotent.
+///
+/// A signal that lockrun was started with ignored stays ignored, for
+/// lockrun and for the command, as it would under flock(1): `nohup
+/// lockrun …` must leave the command immune to SIGHUP, and a shell starts a
+/// background job with SIGINT and SIGQUIT ignored. A handler would undo
+/// that, since exec resets a caught signal to its default.
 pub fn install() -> io::Result<()> {
     let mut result = Ok(());
     INSTALL.call_once(|| {
         for sig in FORWARDED {
+            if is_ignored(sig) {
+                continue;
+            }
             // SAFETY: `on_signal` only uses async-signal-safe operations.
             let registered = unsafe {
                 signal_hook_registry::register_sigaction(sig, move |info| {
@@ -52,9 +63,24 @@ pub fn install() -> io::Result<()> {
                 result = Err(e);
                 return;
             }
+            HANDLED.fetch_or(1 << sig, SeqCst);
         }
     });
     result
+}
+
+/// The signals lockrun catches, one bit each: the command must start with
+/// them back at their default, before anything of ours runs in it.
+pub fn handled() -> u64 {
+    HANDLED.load(SeqCst)
+}
+
+fn is_ignored(sig: i32) -> bool {
+    let mut current = std::mem::MaybeUninit::<libc::sigaction>::uninit();
+    // SAFETY: only reads the disposition into a local.
+    let read = unsafe { libc::sigaction(sig, std::ptr::null(), current.as_mut_ptr()) };
+    // SAFETY: sigaction filled it in when it returned 0.
+    read == 0 && unsafe { current.assume_init() }.sa_sigaction == libc::SIG_IGN
 }
 
 fn on_signal(sig: i32, from_kernel: bool) {

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use predicates::prelude::*;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -266,6 +267,41 @@ fn arguments_reach_the_command_exactly() {
         .success()
         .stdout(predicate::str::ends_with(" x\n"));
     lockrun().args(["-c", "exit 4"]).arg(&lock).assert().code(4);
+}
+
+#[test]
+fn a_long_command_line_and_a_script_without_shebang_start() {
+    // The command is started from a small stack of its own (a vfork-style
+    // clone), on which execvp builds a copy of argv for a script that has
+    // no `#!` line: that stack must grow with the command line.
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let script = dir.path().join("no-shebang");
+    std::fs::write(&script, "echo \"$# ${20000}\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args: Vec<String> = (1..=20_000).map(|n| n.to_string()).collect();
+    for mode in [&[][..], &["-F"][..]] {
+        lockrun()
+            .args(mode)
+            .arg(&lock)
+            .arg(&script)
+            .args(&args)
+            .assert()
+            .success()
+            .stdout("20000 20000\n");
+    }
+    // The record keeps a bounded part of such a command line, and says so.
+    let record = record_json(&lock);
+    let recorded = record["command"].as_array().unwrap();
+    assert!(recorded.len() < 20_001);
+    assert!(
+        recorded
+            .last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("more arguments")
+    );
 }
 
 #[test]

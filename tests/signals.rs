@@ -278,6 +278,37 @@ fn with_close_a_background_child_does_not_keep_the_lock() {
 }
 
 #[test]
+fn a_signal_ignored_at_start_stays_ignored_for_lockrun_and_the_command() {
+    // As under flock(1): `nohup lockrun …` keeps the command immune to
+    // SIGHUP, and a shell's background job keeps ignoring SIGINT. A handler
+    // in lockrun would undo that (exec resets caught signals to default).
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let output = Command::new("sh")
+        .args([
+            "-c",
+            r#"trap '' HUP INT; exec "$0" "$1" sh -c 'kill -HUP $PPID; kill -INT $PPID; kill -HUP $$; kill -INT $$; echo survived'"#,
+            common::bin(),
+        ])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "survived\n");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    // A signal that was not ignored is still forwarded.
+    let output = Command::new("sh")
+        .args([
+            "-c",
+            r#"trap '' INT; exec "$0" "$1" sh -c 'kill -HUP $PPID; exec sleep 5'"#,
+            common::bin(),
+        ])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.signal(), Some(1), "{output:?}");
+}
+
+#[test]
 fn standard_streams_pass_through() {
     let dir = temp_dir();
     let lock = lock_in(&dir);

@@ -108,7 +108,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
             Ok(())
         });
     }
-    let mut child = match command.spawn() {
+    let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
             let status = report_spawn_failure(&opts.command[0], &e);
@@ -127,7 +127,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         let _ = client.update_if_ours(&key, revision, &r.to_line(), lease);
     }
 
-    let (status, ()) = wait_for_command(&mut child, |_| session.command_exited())?;
+    let (status, ()) = wait_for_command(pid, |_| session.command_exited())?;
     let lost = session.finish();
     if let Some(reason) = lost {
         let _ = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT);

@@ -16,6 +16,9 @@ mod other;
 #[cfg(not(target_os = "linux"))]
 pub use other::*;
 
+mod spawn;
+pub use spawn::{CommandLine, start_command};
+
 use crate::lock::LockMode;
 
 /// One flock(2) lock as the kernel lists it.
