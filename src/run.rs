@@ -52,16 +52,19 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let lock = LockFile::open(&opts.path, !opts.close_before_exec)?;
     let label = display::escape(&opts.path.to_string_lossy());
 
-    // Signals must be caught from here on: while waiting they end the wait,
-    // and once the command exists they are forwarded to it. Installed
-    // before the command exists, or a SIGTERM in between would kill lockrun
-    // and never reach the command.
-    signals::install().map_err(|e| {
-        Failure::new(
-            exit_codes::OS_ERROR,
-            format!("cannot set up signal handling: {e}"),
-        )
-    })?;
+    // Signals must be caught before the command exists, or a SIGTERM in
+    // between would kill lockrun and never reach the command. With -F
+    // there is nothing to forward to (the command will be us): handlers
+    // are only needed if we have to wait, and `wait::acquire` installs
+    // them then, so an uncontended -F run makes no sigaction call.
+    if !opts.exec_in_place {
+        signals::install().map_err(|e| {
+            Failure::new(
+                exit_codes::OS_ERROR,
+                format!("cannot set up signal handling: {e}"),
+            )
+        })?;
+    }
 
     // Everything that does not need the lock is prepared before taking it,
     // so that a waiter that gets the lock starts its command at once.

@@ -53,20 +53,33 @@ pub fn install() -> io::Result<()> {
             if is_ignored(sig) {
                 continue;
             }
-            // SAFETY: `on_signal` only uses async-signal-safe operations.
-            let registered = unsafe {
-                signal_hook_registry::register_sigaction(sig, move |info| {
-                    on_signal(sig, info.si_code == SI_KERNEL)
-                })
+            // A plain sigaction rather than a registry that chains handlers:
+            // lockrun is the only one catching these, and the registry's
+            // set-up (a hash map, a random seed, locks) cost more than all
+            // six system calls together.
+            // SAFETY: a zeroed sigaction is a valid empty one; the handler
+            // only uses async-signal-safe operations.
+            let installed = unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = handle as *const () as libc::sighandler_t;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(sig, &action, std::ptr::null_mut())
             };
-            if let Err(e) = registered {
-                result = Err(e);
+            if installed != 0 {
+                result = Err(io::Error::last_os_error());
                 return;
             }
             HANDLED.fetch_or(1 << sig, SeqCst);
         }
     });
     result
+}
+
+extern "C" fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo.
+    let code = unsafe { info.as_ref() }.map_or(0, |info| info.si_code);
+    crate::platform::keeping_errno(|| on_signal(sig, code == SI_KERNEL));
 }
 
 /// The signals lockrun catches, one bit each: the command must start with

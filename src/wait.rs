@@ -49,9 +49,8 @@ pub enum NotAcquired {
 
 const TICK: Duration = Duration::from_millis(250);
 
-/// Takes the lock according to `policy`; returns how long that took. The
-/// caller must have called [`signals::install`], so that a signal ends the
-/// wait.
+/// Takes the lock according to `policy`; returns how long that took. A
+/// signal ends the wait: the handlers are installed before any wait.
 pub fn acquire(
     lock: &LockFile,
     mode: LockMode,
@@ -69,6 +68,7 @@ pub fn acquire(
         Err(e) => return Err(NotAcquired::Failed(e)),
     }
     let start = Instant::now();
+    signals::install().map_err(NotAcquired::Failed)?;
     if policy.timeout.is_none() && policy.poll.is_none() && !observer.needs_ticks() {
         // Waiting for ever with nobody to show progress to: block in flock
         // on this very thread, so that the kernel wakes the command's

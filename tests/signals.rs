@@ -166,6 +166,9 @@ fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
         ("TERM", 143, vec!["-w", "60"]),
         ("USR1", 138, vec!["--timeout", "1m"]),
         ("TERM", 143, vec!["--poll", "10ms"]),
+        // -F installs its handlers only once it has to wait.
+        ("TERM", 143, vec!["-F"]),
+        ("INT", 130, vec!["-F", "-w", "60"]),
     ];
     for (sig, code, args) in cases {
         let marker = dir.path().join("ran");

@@ -21,6 +21,13 @@ fn read_small(path: &str, buf: &mut [u8; 1024]) -> Option<usize> {
     fs::File::open(path).ok()?.read(buf).ok()
 }
 
+/// Runs a signal handler's work. errno belongs to the interrupted code and
+/// must survive the handler; on Linux rustix makes raw system calls, which
+/// never touch errno, so there is nothing to restore.
+pub fn keeping_errno(work: impl FnOnce()) {
+    work();
+}
+
 pub fn boot_id() -> Option<String> {
     let mut buf = [0u8; 1024];
     let n = read_small("/proc/sys/kernel/random/boot_id", &mut buf)?;

@@ -40,3 +40,35 @@ pub fn fd_holders(_dev: u64, _ino: u64) -> (Vec<FdHolder>, bool) {
 pub fn file_system_magic(_path: &Path) -> Option<i64> {
     None
 }
+
+/// Runs a signal handler's work and puts errno back: it belongs to the
+/// interrupted code, and rustix's libc backend sets it when a call fails.
+pub fn keeping_errno(work: impl FnOnce()) {
+    #[cfg(any(
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "dragonfly"
+    ))]
+    // SAFETY: this thread's errno, always valid.
+    let location = Some(unsafe { libc::__error() });
+    #[cfg(any(target_os = "openbsd", target_os = "netbsd"))]
+    // SAFETY: this thread's errno, always valid.
+    let location = Some(unsafe { libc::__errno() });
+    #[cfg(not(any(
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "dragonfly",
+        target_os = "openbsd",
+        target_os = "netbsd"
+    )))]
+    let location: Option<*mut libc::c_int> = None;
+    // SAFETY: see above.
+    let saved = location.map(|errno| unsafe { *errno });
+    work();
+    if let (Some(errno), Some(saved)) = (location, saved) {
+        // SAFETY: see above.
+        unsafe { *errno = saved };
+    }
+}
