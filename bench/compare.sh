@@ -81,7 +81,7 @@ if [ "$QUICK" = 1 ]; then
 else
   # 4 rounds of 250, order reversed every other round: a burst of noise on
   # this shared machine then hits both tools, not one.
-  RUNS=250 WARM=50 ROUNDS=4 HREPS=40 ITERS=200 K=200 DREPS=3 CREPS=3 RREPS=3
+  RUNS=250 WARM=50 ROUNDS=4 HREPS=40 ITERS=200 K=200 DREPS=3 CREPS=5 RREPS=3
 fi
 PROCS=4
 ERRORS=0 MISSED=0

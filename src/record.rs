@@ -12,6 +12,7 @@ use crate::lock::LockFile;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 pub const FORMAT: u32 = 1;
 
@@ -245,27 +246,75 @@ pub struct ChildRecord {
     head: Vec<u8>,
     /// `,"boot_id":…}\n`, everything after `pid_start`.
     tail: Vec<u8>,
+    /// Where in `tail` the value of `acquired_at` is, when it was built
+    /// with [`ACQUIRED_AT_SLOT`] for a time to be stamped in later.
+    acquired_at: Option<std::ops::Range<usize>>,
     /// Written to stderr if the record cannot be written.
     warning: Vec<u8>,
+    /// The start time the child read, for the parent's release record:
+    /// started vfork-style, the child writes this in the parent's memory,
+    /// and the parent need not read /proc again on its way to releasing.
+    /// `u64::MAX` while unknown.
+    start_seen: AtomicU64,
 }
 
+/// Stands for `acquired_at` in a record built before the lock is taken:
+/// the width of every time [`crate::display::now_rfc3339`] writes.
+pub const ACQUIRED_AT_SLOT: &str = "0000-00-00T00:00:00.000Z";
+
 impl ChildRecord {
+    /// Serialises the record now, before the lock is taken, so that a
+    /// waiter that gets the lock only has to stamp the time
+    /// ([`ChildRecord::stamp_acquired_at`]) when `without_pid` has
+    /// [`ACQUIRED_AT_SLOT`] as its `acquired_at`.
     pub fn new(without_pid: &Record, path_for_messages: &str) -> ChildRecord {
         let line = without_pid.to_line();
         let prefix = format!("{{\"lockrun\":{}", without_pid.lockrun);
         let tail = line.get(prefix.len()..).unwrap_or_default().to_vec();
+        // Quotes inside string values are escaped, so this key with its
+        // quotes cannot occur anywhere but as the key itself.
+        let key = format!(",\"acquired_at\":\"{ACQUIRED_AT_SLOT}\"");
+        let acquired_at = tail
+            .windows(key.len())
+            .position(|w| w == key.as_bytes())
+            .map(|at| {
+                let start = at + key.len() - 1 - ACQUIRED_AT_SLOT.len();
+                start..start + ACQUIRED_AT_SLOT.len()
+            });
         ChildRecord {
             head: format!("{prefix},\"pid\":").into_bytes(),
             tail,
+            acquired_at,
             warning: format!("lockrun: could not write the holder record to {path_for_messages}: ")
                 .into_bytes(),
+            start_seen: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Puts the time the lock was taken into the slot; false when there is
+    /// no slot or the time does not fit it (then build the record anew).
+    pub fn stamp_acquired_at(&mut self, when: &str) -> bool {
+        match &self.acquired_at {
+            Some(slot) if slot.len() == when.len() => {
+                self.tail[slot.clone()].copy_from_slice(when.as_bytes());
+                self.acquired_at = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The start time the child wrote into the record, if it shared our
+    /// memory to tell.
+    pub fn start_seen(&self) -> Option<u64> {
+        Some(self.start_seen.load(SeqCst)).filter(|&start| start != u64::MAX)
     }
 
     /// Runs in the child between fork and exec. No allocation, no locks.
     pub fn write_from_child(&self, fd: rustix::fd::BorrowedFd<'_>) {
         let pid = rustix::process::getpid().as_raw_nonzero().get() as u64;
         let start = crate::platform::own_start_time_without_allocating();
+        self.start_seen.store(start.unwrap_or(u64::MAX), SeqCst);
         let mut pid_buf = [0u8; 20];
         let mut start_buf = [0u8; 20];
         let pid_text = format_u64(pid, &mut pid_buf);
@@ -364,6 +413,35 @@ mod tests {
         assert_eq!(parsed.pid, Some(42));
         assert_eq!(parsed.pid_start, Some(7));
         assert_eq!(parsed.host.as_deref(), Some("h"));
+    }
+
+    #[test]
+    fn child_record_built_before_the_lock_gets_the_time_stamped_in() {
+        let when = crate::display::now_rfc3339();
+        // A command that spells out the slot must not be taken for it.
+        let trap = format!(",\"acquired_at\":\"{ACQUIRED_AT_SLOT}\"");
+        let record = Record {
+            lockrun: FORMAT,
+            command: Some(vec![trap.clone()]),
+            acquired_at: Some(ACQUIRED_AT_SLOT.into()),
+            version: Some("1".into()),
+            ..Record::default()
+        };
+        let mut child = ChildRecord::new(&record, "/x");
+        assert!(child.stamp_acquired_at(&when));
+        assert!(!child.stamp_acquired_at(&when), "stamped twice");
+        let mut line = child.head.clone();
+        line.extend_from_slice(b"1,\"pid_start\":2");
+        line.extend_from_slice(&child.tail);
+        let parsed = Record::parse(&line).unwrap();
+        assert_eq!(parsed.acquired_at.as_deref(), Some(when.as_str()));
+        assert_eq!(parsed.command, Some(vec![trap]));
+        assert_eq!(parsed.version.as_deref(), Some("1"));
+        // Without a slot, or with a time of another width, nothing changes.
+        let mut plain = ChildRecord::new(&Record::default(), "/x");
+        assert!(!plain.stamp_acquired_at(&when));
+        let mut slotted = ChildRecord::new(&record, "/x");
+        assert!(!slotted.stamp_acquired_at("2026-11-29T02:00:03Z"));
     }
 
     #[test]

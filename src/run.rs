@@ -22,6 +22,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -71,6 +72,15 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let cwd = std::env::current_dir().ok();
     let wants_record = opts.write_record && opts.mode == LockMode::Exclusive;
     let mut prepared = wants_record.then(|| new_record(opts, cwd.as_deref()));
+    // The record the command's process completes, serialised now with a
+    // slot for the time the lock is taken.
+    let mut child_record = match &mut prepared {
+        Some(record) if !opts.exec_in_place => {
+            record.acquired_at = Some(record::ACQUIRED_AT_SLOT.to_owned());
+            Some(ChildRecord::new(record, &label))
+        }
+        _ => None,
+    };
     let command = CommandLine::new(&opts.command).map_err(|e| {
         Failure::new(
             exit_codes::USAGE,
@@ -147,11 +157,20 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     }
 
     let write_record = record.as_ref().map(|recording| {
-        (
-            ChildRecord::new(&recording.record, &label),
-            recording.file.as_raw_fd(),
-        )
+        let when = recording.record.acquired_at.as_deref().unwrap_or_default();
+        let child_record = match child_record.take() {
+            Some(mut prepared) => {
+                if prepared.stamp_acquired_at(when) {
+                    prepared
+                } else {
+                    ChildRecord::new(&recording.record, &label)
+                }
+            }
+            None => ChildRecord::new(&recording.record, &label),
+        };
+        (Arc::new(child_record), recording.file.as_raw_fd())
     });
+    let told_by_child = write_record.as_ref().map(|(child, _)| Arc::clone(child));
     let started = platform::start_command(&command, signals::handled(), move || {
         if let Some((child_record, fd)) = &write_record {
             // SAFETY: the descriptor stays open until the command has
@@ -172,7 +191,11 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     };
     signals::command_started(pid);
 
-    let (status, start) = wait_for_command(pid, platform::process_start_time)?;
+    let (status, start) = wait_for_command(pid, |pid| {
+        let told = told_by_child.as_ref()?;
+        told.start_seen()
+            .or_else(|| platform::process_start_time(pid))
+    })?;
     if let Some(recording) = record {
         recording.finish(Some((pid, start)), Exit::of(status));
     }

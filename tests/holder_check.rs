@@ -40,15 +40,21 @@ fn the_record_names_the_command_before_it_starts_and_its_end_after() {
     let out = std_lockrun()
         .current_dir(dir.path())
         .arg(&lock)
-        .args(["sh", "-c", "cat \"$LOCKRUN_LOCKFILE\"; echo $$ >&2"])
+        .args([
+            "sh",
+            "-c",
+            "cat \"$LOCKRUN_LOCKFILE\"; echo $$ $(cut -d' ' -f22 /proc/$$/stat) >&2",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
     let during: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sh_pid: i64 = String::from_utf8_lossy(&out.stderr).trim().parse().unwrap();
+    let told = String::from_utf8_lossy(&out.stderr);
+    let (sh_pid, sh_start) = told.trim().split_once(' ').unwrap();
+    let (sh_pid, sh_start): (i64, u64) = (sh_pid.parse().unwrap(), sh_start.parse().unwrap());
     assert_eq!(during["lockrun"], 1);
     assert_eq!(during["pid"], sh_pid, "the record names the command's pid");
-    assert!(during["pid_start"].as_u64().unwrap() > 0);
+    assert_eq!(during["pid_start"], sh_start, "and its start time");
     assert_ne!(during["lockrun_pid"], sh_pid);
     assert_eq!(during["mode"], "exclusive");
     assert_eq!(during["command"][0], "sh");
@@ -66,6 +72,8 @@ fn the_record_names_the_command_before_it_starts_and_its_end_after() {
 
     let after = record_json(&lock);
     assert_eq!(after["pid"], sh_pid);
+    assert_eq!(after["pid_start"], sh_start);
+    assert_eq!(after["acquired_at"], during["acquired_at"]);
     assert_eq!(after["exit"], serde_json::json!({"code": 0}));
     assert!(after["released_at"].is_string());
     let text = std::fs::read_to_string(&lock).unwrap();
