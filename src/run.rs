@@ -81,27 +81,20 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         }
         _ => None,
     };
-    let command = CommandLine::new(&opts.command).map_err(|e| {
+    let absolute = match &cwd {
+        Some(cwd) if opts.path.is_relative() => cwd.join(&opts.path),
+        _ => opts.path.clone(),
+    };
+    let env = [
+        ("LOCKRUN_LOCKFILE", absolute.as_os_str()),
+        ("LOCKRUN_MODE", OsStr::new(opts.mode.as_str())),
+    ];
+    let command = CommandLine::new(&opts.command, &env).map_err(|e| {
         Failure::new(
             exit_codes::USAGE,
             format!("cannot run {:?}: {e}", opts.command),
         )
     })?;
-    let absolute = match &cwd {
-        Some(cwd) if opts.path.is_relative() => cwd.join(&opts.path),
-        _ => opts.path.clone(),
-    };
-    // Set in lockrun's own environment, which the command inherits, rather
-    // than with `Command::env`: any change through `Command` makes std copy
-    // the whole environment into a map and rebuild it, a fifth of the
-    // instructions of an uncontended run (callgrind).
-    // SAFETY: lockrun is single-threaded here (the waiting helper thread,
-    // if any, is started later by `wait::acquire`), and a signal handler
-    // never reads the environment.
-    unsafe {
-        std::env::set_var("LOCKRUN_LOCKFILE", absolute);
-        std::env::set_var("LOCKRUN_MODE", opts.mode.as_str());
-    }
 
     let mut progress = Progress::new(
         &lock,
@@ -171,14 +164,17 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         (Arc::new(child_record), recording.file.as_raw_fd())
     });
     let told_by_child = write_record.as_ref().map(|(child, _)| Arc::clone(child));
-    let started = platform::start_command(&command, signals::handled(), move || {
-        if let Some((child_record, fd)) = &write_record {
-            // SAFETY: the descriptor stays open until the command has
-            // exec'd (close-on-exec closes it only in the command), and
-            // `record` outlives the start.
-            child_record.write_from_child(unsafe { BorrowedFd::borrow_raw(*fd) });
-        }
-    });
+    // SAFETY: the closure makes raw system calls on buffers prepared
+    // above (ChildRecord::write_from_child). The descriptor stays open
+    // until the command has exec'd (close-on-exec closes it only in the
+    // command): `record` outlives the start.
+    let started = unsafe {
+        platform::start_command(&command, signals::handled(), move || {
+            if let Some((child_record, fd)) = &write_record {
+                child_record.write_from_child(BorrowedFd::borrow_raw(*fd));
+            }
+        })
+    };
     let pid = match started {
         Ok(pid) => pid,
         Err(e) => {

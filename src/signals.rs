@@ -49,6 +49,13 @@ static HANDLED: AtomicU64 = AtomicU64::new(0);
 pub fn install() -> io::Result<()> {
     let mut result = Ok(());
     INSTALL.call_once(|| {
+        // lockrun reaps its command itself, to learn how it ended: with
+        // SIGCHLD inherited as ignored, the kernel would reap it first and
+        // the command's status would be lost. flock(1) resets it too.
+        if is_ignored(libc::SIGCHLD) {
+            // SAFETY: restores a default disposition.
+            unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+        }
         for sig in FORWARDED {
             if is_ignored(sig) {
                 continue;

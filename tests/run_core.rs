@@ -488,6 +488,60 @@ fn the_command_sees_where_and_how_it_is_locked() {
             "{} shared\n",
             dir.path().join("test.lock").display()
         ));
+    // Inherited values are replaced, not doubled; the rest passes through,
+    // with and without -F.
+    for mode in [&[][..], &["-F"][..]] {
+        lockrun()
+            .env("LOCKRUN_MODE", "stale")
+            .env("LOCKRUN_TEST_KEPT", "kept")
+            .args(mode)
+            .arg(&lock)
+            .args([
+                "sh",
+                "-c",
+                "env | grep -E '^LOCKRUN_(MODE|TEST_KEPT)=' | sort",
+            ])
+            .assert()
+            .success()
+            .stdout("LOCKRUN_MODE=exclusive\nLOCKRUN_TEST_KEPT=kept\n");
+    }
+}
+
+#[test]
+fn the_command_gets_default_sigpipe_and_its_status_even_if_sigchld_was_ignored() {
+    // Started with SIGPIPE ignored (as systemd starts services), the
+    // command still dies quietly on a closed pipe instead of reporting
+    // write errors.
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    for mode in ["", "-F"] {
+        let output = Command::new("sh")
+            .args([
+                "-c",
+                r#"trap '' PIPE; exec "$0" $2 "$1" sh -c 'seq 1 1000000 | head -n 1'"#,
+                common::bin(),
+            ])
+            .arg(&lock)
+            .arg(mode)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "1\n", "{mode}");
+        assert_eq!(String::from_utf8_lossy(&output.stderr), "", "{mode}");
+    }
+    // With SIGCHLD ignored the kernel would reap the command before
+    // lockrun could learn its status; lockrun resets it, as flock(1) does.
+    // (bash: dash's `trap '' CHLD` does not ignore the signal.)
+    let output = Command::new("bash")
+        .args([
+            "-c",
+            r#"trap '' CHLD; exec "$0" "$1" sh -c 'exit 3'"#,
+            common::bin(),
+        ])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
+    assert_eq!(record_json(&lock)["exit"]["code"], 3);
 }
 
 #[test]

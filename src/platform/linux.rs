@@ -21,11 +21,17 @@ fn read_small(path: &str, buf: &mut [u8; 1024]) -> Option<usize> {
     fs::File::open(path).ok()?.read(buf).ok()
 }
 
-/// Runs a signal handler's work. errno belongs to the interrupted code and
-/// must survive the handler; on Linux rustix makes raw system calls, which
-/// never touch errno, so there is nothing to restore.
+/// Runs a signal handler's work and puts errno back: it belongs to the
+/// interrupted code. (rustix's raw system calls leave errno alone on most
+/// architectures, but on some it goes through libc, which sets it.)
 pub fn keeping_errno(work: impl FnOnce()) {
+    // SAFETY: this thread's errno, always valid.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: see above.
+    let saved = unsafe { *errno };
     work();
+    // SAFETY: see above.
+    unsafe { *errno = saved };
 }
 
 pub fn boot_id() -> Option<String> {

@@ -21,39 +21,65 @@
 //!   child puts our handlers back to the default before it restores the
 //!   signal mask for the command.
 //!
+//! execvp's own needs are covered: glibc since 2.24 builds PATH candidates
+//! and a script's `/bin/sh` argv on the stack (sized for them below),
+//! without malloc. Older glibc allocated there; lockrun built against one
+//! would need its own PATH search.
+//!
 //! Elsewhere, a plain fork through std, as before.
 
 use std::ffi::{CString, OsStr, OsString, c_char};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 
-/// The command's argv as C strings, built before the lock is taken so that
-/// a waiter that gets the lock starts its command at once.
+/// The command's argv and environment as C strings, built before the lock
+/// is taken so that a waiter that gets the lock starts its command at once.
 pub struct CommandLine {
     /// Owns the strings that `argv` points into.
     args: Vec<CString>,
     /// `args` as pointers, then a null: what execvp takes.
     argv: Vec<*const c_char>,
+    /// The variables lockrun adds, as `NAME=value` (on Linux only read
+    /// through `envp`, which points into them).
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    added: Vec<CString>,
+    /// The command's environment for execvpe: lockrun's own, less any
+    /// variable `added` replaces, then `added`, then a null. Built here
+    /// rather than by changing lockrun's own environment, which std only
+    /// allows where no other thread could be reading it.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    envp: Vec<*const c_char>,
 }
 
 impl CommandLine {
-    pub fn new(args: &[OsString]) -> io::Result<CommandLine> {
+    pub fn new(args: &[OsString], env: &[(&str, &OsStr)]) -> io::Result<CommandLine> {
         if args.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
         }
+        let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the command");
         let args = args
             .iter()
             .map(|arg| CString::new(arg.as_bytes()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "an argument contains a NUL byte",
-                )
-            })?;
+            .map_err(nul)?;
         let mut argv: Vec<*const c_char> = args.iter().map(|arg| arg.as_ptr()).collect();
         argv.push(std::ptr::null());
-        Ok(CommandLine { args, argv })
+        let added = env
+            .iter()
+            .map(|(name, value)| {
+                let mut entry = format!("{name}=").into_bytes();
+                entry.extend_from_slice(value.as_bytes());
+                CString::new(entry)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(nul)?;
+        let envp = imp::environment_with(&added);
+        Ok(CommandLine {
+            args,
+            argv,
+            added,
+            envp,
+        })
     }
 
     pub fn program(&self) -> &OsStr {
@@ -63,22 +89,22 @@ impl CommandLine {
     /// Replaces lockrun with the command (`-F`), searching `PATH` as a
     /// shell would. Returns only if the exec failed.
     pub fn exec(&self) -> io::Error {
-        // SAFETY: `argv` is a null-terminated array of pointers into `args`,
-        // which lives as long as `self`.
-        unsafe { libc::execvp(self.argv[0], self.argv.as_ptr()) };
-        io::Error::last_os_error()
+        imp::exec(self)
     }
 }
 
 /// Starts the command in a new process, which first runs `before_exec`
-/// and puts every signal in `handled` back to its default disposition.
-/// Returns its pid once it has exec'd, or the exec's error, in which case
-/// the process is already reaped.
+/// and puts every signal in `handled`, and SIGPIPE, back to its default
+/// disposition. Returns its pid once it has exec'd, or the exec's error,
+/// in which case the process is already reaped.
+///
+/// # Safety
 ///
 /// `before_exec` runs in the new process between its creation and its
-/// exec, and must keep to raw system calls on data it owns: see the module
-/// documentation.
-pub fn start_command(
+/// exec, in memory it shares with lockrun, whose calling thread is
+/// suspended meanwhile: it must keep to raw system calls on data it owns
+/// (no allocation, no locks, no panics). See the module documentation.
+pub unsafe fn start_command(
     command: &CommandLine,
     handled: u64,
     before_exec: impl Fn() + Send + Sync + 'static,
@@ -86,10 +112,16 @@ pub fn start_command(
     imp::start(command, handled, before_exec)
 }
 
+/// SIGPIPE goes back to its default for the command, whatever lockrun
+/// inherited (systemd, for one, ignores it): a command writing into a
+/// closed pipe should die quietly, as it does when a shell starts it and
+/// as std's Command arranges for the lock-URL path.
+const RESET_TOO: u64 = 1 << libc::SIGPIPE;
+
 #[cfg(target_os = "linux")]
 mod imp {
     use super::CommandLine;
-    use std::ffi::{c_int, c_void};
+    use std::ffi::{CStr, CString, c_int, c_void};
     use std::io;
     use std::mem::MaybeUninit;
     use std::ptr;
@@ -98,6 +130,7 @@ mod imp {
     /// What the child needs, in memory it shares with the parent.
     struct Job<'a> {
         argv: *const *const libc::c_char,
+        envp: *const *const libc::c_char,
         handled: u64,
         before_exec: &'a dyn Fn(),
         /// The signal mask lockrun had before blocking everything: the
@@ -123,7 +156,8 @@ mod imp {
         };
         let job = Job {
             argv: command.argv.as_ptr(),
-            handled,
+            envp: command.envp.as_ptr(),
+            handled: handled | super::RESET_TOO,
             before_exec: &before_exec,
             mask,
             exec_errno: AtomicI32::new(0),
@@ -174,7 +208,7 @@ mod imp {
         // argv whose strings the suspended parent keeps alive.
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &job.mask, ptr::null_mut());
-            libc::execvp(*job.argv, job.argv);
+            libc::execvpe(*job.argv, job.argv, job.envp);
         }
         let errno = io::Error::last_os_error()
             .raw_os_error()
@@ -183,6 +217,50 @@ mod imp {
         // SAFETY: _exit runs no atexit handlers and flushes nothing, which
         // would be the parent's.
         unsafe { libc::_exit(127) }
+    }
+
+    pub fn environment_with(added: &[CString]) -> Vec<*const libc::c_char> {
+        unsafe extern "C" {
+            static environ: *const *const libc::c_char;
+        }
+        let replaced = |entry: &CStr| {
+            let entry = entry.to_bytes();
+            added.iter().any(|add| {
+                let add = add.as_bytes();
+                let name_len = add.iter().position(|&b| b == b'=').unwrap_or(add.len()) + 1;
+                entry.starts_with(&add[..name_len])
+            })
+        };
+        let mut envp = Vec::new();
+        // SAFETY: `environ` is a null-terminated array of C strings, which
+        // lockrun never changes (it passes its additions here instead).
+        unsafe {
+            let mut entry = environ;
+            while !entry.is_null() && !(*entry).is_null() {
+                if !replaced(CStr::from_ptr(*entry)) {
+                    envp.push(*entry);
+                }
+                entry = entry.add(1);
+            }
+        }
+        envp.extend(added.iter().map(|add| add.as_ptr()));
+        envp.push(ptr::null());
+        envp
+    }
+
+    pub fn exec(command: &CommandLine) -> io::Error {
+        // SAFETY: resets one disposition; then argv and envp are
+        // null-terminated arrays of pointers into strings `command` owns
+        // or that `environ` holds unchanged.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::execvpe(
+                command.argv[0],
+                command.argv.as_ptr(),
+                command.envp.as_ptr(),
+            );
+        }
+        io::Error::last_os_error()
     }
 
     /// A stack for the child, with a guard page below it.
@@ -249,10 +327,7 @@ mod imp {
         handled: u64,
         before_exec: impl Fn() + Send + Sync + 'static,
     ) -> io::Result<i32> {
-        let mut std_command = std::process::Command::new(command.program());
-        for arg in &command.args[1..] {
-            std_command.arg(std::ffi::OsStr::from_bytes(arg.as_bytes()));
-        }
+        let mut std_command = std_command(command);
         // SAFETY: runs between fork and exec; `before_exec` keeps to raw
         // system calls (see `start_command`).
         unsafe {
@@ -267,5 +342,30 @@ mod imp {
             });
         }
         Ok(std_command.spawn()?.id() as i32)
+    }
+
+    /// std resets SIGPIPE itself here.
+    fn std_command(command: &CommandLine) -> std::process::Command {
+        let mut std_command = std::process::Command::new(command.program());
+        for arg in &command.args[1..] {
+            std_command.arg(std::ffi::OsStr::from_bytes(arg.as_bytes()));
+        }
+        for add in &command.added {
+            let add = add.as_bytes();
+            let eq = add.iter().position(|&b| b == b'=').unwrap_or(add.len());
+            std_command.env(
+                std::ffi::OsStr::from_bytes(&add[..eq]),
+                std::ffi::OsStr::from_bytes(add.get(eq + 1..).unwrap_or_default()),
+            );
+        }
+        std_command
+    }
+
+    pub fn environment_with(_added: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
+        Vec::new()
+    }
+
+    pub fn exec(command: &CommandLine) -> io::Error {
+        std_command(command).exec()
     }
 }
