@@ -219,13 +219,17 @@ pub fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
 }
 
 /// Replaces the record: one write of the whole line, then one truncate to
-/// its length (cheap when the file already has that size, and the file
-/// never shrinks to nothing in between), no fsync: the record is
-/// diagnostic, and after a power cut the kernel lock is gone anyway. On a
-/// failed or short write the file is emptied, so that a half-written record
-/// never claims the lock for someone else.
-pub fn write(file: &std::fs::File, line: &[u8]) -> io::Result<()> {
+/// its length (the file never shrinks to nothing in between), no fsync:
+/// the record is diagnostic, and after a power cut the kernel lock is gone
+/// anyway. The truncate is skipped when the file is known to be no longer
+/// than the line (`len_now`): on ext4 it is a journalled change, and a
+/// release record, always longer than the start record it replaces, is
+/// written on the way to letting the lock go. On a failed or short write
+/// the file is emptied, so that a half-written record never claims the
+/// lock for someone else.
+pub fn write(file: &std::fs::File, line: &[u8], len_now: Option<u64>) -> io::Result<()> {
     let result = match file.write_at(line, 0) {
+        Ok(n) if n == line.len() && len_now.is_some_and(|len| len <= n as u64) => Ok(()),
         Ok(n) if n == line.len() => file.set_len(n as u64),
         Ok(_) => Err(io::Error::new(io::ErrorKind::WriteZero, "short write")),
         Err(e) => Err(e),
@@ -442,6 +446,28 @@ mod tests {
         assert!(!plain.stamp_acquired_at(&when));
         let mut slotted = ChildRecord::new(&record, "/x");
         assert!(!slotted.stamp_acquired_at("2026-11-29T02:00:03Z"));
+    }
+
+    #[test]
+    fn a_write_leaves_exactly_the_line_whether_or_not_it_truncates() {
+        let file = tempfile::tempfile().unwrap();
+        let content = |file: &std::fs::File| {
+            let mut buf = vec![0; 1000];
+            let n = file.read_at(&mut buf, 0).unwrap();
+            buf.truncate(n);
+            buf
+        };
+        write(&file, b"a long first line\n", None).unwrap();
+        // Shorter than what is there: truncated, whatever the caller knew.
+        write(&file, b"short\n", Some(18)).unwrap();
+        assert_eq!(content(&file), b"short\n");
+        // Longer than what is there: no truncate needed.
+        write(&file, b"longer again\n", Some(6)).unwrap();
+        assert_eq!(content(&file), b"longer again\n");
+        // The caller must know the length: an understated one leaves the
+        // old tail behind (Recording::finish takes it from fstat).
+        write(&file, b"tiny\n", Some(2)).unwrap();
+        assert_eq!(content(&file), b"tiny\nr again\n");
     }
 
     #[test]

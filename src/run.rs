@@ -282,7 +282,7 @@ fn exec_in_place(command: CommandLine, record: Option<Recording>) -> Ending {
     let record = record.map(|mut recording| {
         recording.record.pid = Some(i64::from(me));
         recording.record.pid_start = platform::process_start_time(me);
-        if let Err(e) = record::write(&recording.file, &recording.record.to_line()) {
+        if let Err(e) = record::write(&recording.file, &recording.record.to_line(), None) {
             warn_record_failed(&recording.label, &e);
             recording.failed = true;
         }
@@ -361,8 +361,8 @@ impl Recording {
     fn finish(mut self, child: Option<(i32, Option<u64>)>, exit: Exit) {
         // An empty file here means the child could not write the record and
         // has already said so: one warning is enough.
-        let child_failed =
-            child.is_some() && self.file.metadata().map(|m| m.len() == 0).unwrap_or(false);
+        let len_now = self.file.metadata().map(|m| m.len()).ok();
+        let child_failed = child.is_some() && len_now == Some(0);
         if self.failed || child_failed {
             return;
         }
@@ -372,7 +372,7 @@ impl Recording {
         }
         self.record.released_at = Some(display::now_rfc3339());
         self.record.exit = Some(exit);
-        if let Err(e) = record::write(&self.file, &self.record.to_line()) {
+        if let Err(e) = record::write(&self.file, &self.record.to_line(), len_now) {
             warn_record_failed(&self.label, &e);
         }
     }
