@@ -6,7 +6,7 @@
 #   LOCKRUN=path    lockrun binary (default: the one `cargo build --release`
 #                   builds, in target/<host tuple>/release/)
 #   LOCKRUN_ARGS=.. extra lockrun options, split on spaces (e.g. --no-record)
-#   --quick         fewer runs (a smoke test, about 10 s; a full run takes about 30 s)
+#   --quick         fewer runs (a smoke test, about 10 s; a full run takes about 45 s)
 #   --only ROWS     comma list of: overhead,exec,handoff,contention,waiters,rss
 #   --dir DIR       where the lock files go (default: a new temp dir in $TMPDIR)
 #   --strict        exit 1 when a goal is missed, not only on a broken run
