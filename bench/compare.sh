@@ -47,7 +47,7 @@ if [ -z "${LOCKRUN:-}" ]; then
   # stale target/release/lockrun from an older checkout must not be taken.
   command -v cargo >/dev/null 2>&1 || die "no cargo to build lockrun with; set LOCKRUN=/path/to/lockrun"
   echo "# building lockrun (cargo build --release --locked)" >&2
-  LOCKRUN=$(cd "$ROOT" && cargo build --release --locked --bin lockrun --message-format=json-render-diagnostics \
+  LOCKRUN=$(cd "$ROOT" && cargo build --release --locked --quiet --bin lockrun --message-format=json-render-diagnostics \
     | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "cargo build --release failed"
   [ -n "$LOCKRUN" ] || die "cargo build --release named no lockrun binary"
 fi

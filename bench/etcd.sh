@@ -7,7 +7,9 @@
 #   bench/etcd.sh [--runs N]
 #
 #   LOCKRUN=path    lockrun binary with lock URLs (default: built here with
-#                   `cargo build --release --features etcd` into target/etcd)
+#                   `cargo build --release --features etcd` into
+#                   target/etcd/<host tuple>/release/)
+#   HANDOFFS=N      handoff repetitions per tool (default 25)
 #
 # Starts its own etcd on free loopback ports with a temp data dir, and stops
 # it at the end. Needs bash >= 5, hyperfine, etcd and etcdctl (Debian:
@@ -19,7 +21,7 @@ RUNS=200
 case "${1:-}" in
   --runs) RUNS=${2:?--runs needs a number} ;;
   "") ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
 esac
 die() { echo "etcd.sh: $*" >&2; exit 2; }
 for t in hyperfine etcd etcdctl; do
@@ -27,8 +29,12 @@ for t in hyperfine etcd etcdctl; do
 done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -z "${LOCKRUN:-}" ]; then
-  LOCKRUN=$ROOT/target/etcd/release/lockrun
-  (cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/etcd cargo build --release --locked --quiet --features etcd) || die "build failed"
+  # Ask cargo where it put the binary (target/etcd/<host tuple>/release
+  # with .cargo/config.toml).
+  LOCKRUN=$(cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/etcd cargo build --release --locked --quiet --features etcd \
+    --bin lockrun --message-format=json-render-diagnostics \
+    | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "build failed"
+  [ -n "$LOCKRUN" ] || die "cargo build named no lockrun binary"
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not executable"
 
@@ -47,7 +53,9 @@ etcd --name bench --data-dir "$dir/data" \
   --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
   --initial-cluster "bench=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
 etcd_pid=$!
-trap 'kill "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+# `|| true`: under set -e a killed etcd's status (143) would end the trap
+# before the clean-up and become the script's exit status.
+trap 'kill "$etcd_pid" 2>/dev/null || true; wait "$etcd_pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
 ready=0
 for _ in $(seq 200); do
   # `check` exits 1 (free) once etcd answers, 69 while it cannot be reached.
