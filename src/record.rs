@@ -94,6 +94,30 @@ impl Exit {
 }
 
 impl Record {
+    /// The record of a run about to start: who runs what, where, and how
+    /// the lock is held. The pid, start time and times come later.
+    pub fn starting(
+        me: crate::identity::Me,
+        command: &[std::ffi::OsString],
+        cwd: Option<&std::path::Path>,
+        mode: crate::lock::LockMode,
+    ) -> Record {
+        Record {
+            lockrun: FORMAT,
+            boot_id: me.boot_id,
+            lockrun_pid: Some(i64::from(std::process::id())),
+            host: me.host,
+            user: me.user,
+            uid: Some(me.uid),
+            command: Some(recordable_command(command)),
+            cwd: cwd.map(|d| d.to_string_lossy().into_owned()),
+            mode: Some(mode.as_str().to_owned()),
+            version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            pid_ns: me.pid_ns,
+            ..Record::default()
+        }
+    }
+
     /// Parses lock file content. `None` for anything that is not a record of
     /// ours: a script that locks itself, another tool's pid file, garbage.
     pub fn parse(bytes: &[u8]) -> Option<Record> {

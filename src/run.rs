@@ -71,7 +71,8 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     // so that a waiter that gets the lock starts its command at once.
     let cwd = std::env::current_dir().ok();
     let wants_record = opts.write_record && opts.mode == LockMode::Exclusive;
-    let mut prepared = wants_record.then(|| new_record(opts, cwd.as_deref()));
+    let mut prepared = wants_record
+        .then(|| Record::starting(Me::gather(), &opts.command, cwd.as_deref(), opts.mode));
     // The record the command's process completes, serialised now with a
     // slot for the time the lock is taken.
     let mut child_record = match &mut prepared {
@@ -244,28 +245,6 @@ fn unrecorded_holder(lock: &LockFile, label: &str) -> String {
         None => format!(
             "another process, which left no holder record (`lockrun holder {label}` names it)"
         ),
-    }
-}
-
-fn new_record(opts: &RunOptions, cwd: Option<&std::path::Path>) -> Record {
-    let me = Me::gather();
-    Record {
-        lockrun: record::FORMAT,
-        pid: None,
-        pid_start: None,
-        boot_id: me.boot_id,
-        lockrun_pid: Some(i64::from(std::process::id())),
-        host: me.host,
-        user: me.user,
-        uid: Some(me.uid),
-        command: Some(record::recordable_command(&opts.command)),
-        cwd: cwd.map(|d| d.to_string_lossy().into_owned()),
-        mode: Some(opts.mode.as_str().to_owned()),
-        acquired_at: None,
-        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
-        pid_ns: me.pid_ns,
-        released_at: None,
-        exit: None,
     }
 }
 

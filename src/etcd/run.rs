@@ -14,7 +14,8 @@ use super::session::Session;
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
-use crate::record::{self, Exit, Record};
+use crate::lock::LockMode;
+use crate::record::{Exit, Record};
 use crate::run::{Ending, report_spawn_failure, wait_for_command};
 use crate::signals::{self, LOCKED, WakePipe};
 use std::os::unix::process::CommandExt;
@@ -58,7 +59,18 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
 
     let name = &opts.url.name;
     let key = key_for(name, lease);
-    let mut record = opts.write_record.then(|| new_record(opts));
+    let mut record = opts.write_record.then(|| {
+        let cwd = std::env::current_dir().ok();
+        Record {
+            acquired_at: Some(display::now_rfc3339()),
+            ..Record::starting(
+                Me::gather(),
+                &opts.command,
+                cwd.as_deref(),
+                LockMode::Exclusive,
+            )
+        }
+    });
     let value = record.as_ref().map(Record::to_line).unwrap_or_default();
 
     let revision = match acquire(&client, &session, opts, &label, lease, &value) {
@@ -281,26 +293,5 @@ fn busy_message(label: &str, owner: Option<&Kv>, waited: Duration) -> String {
             "timed out after {} waiting for {label}, held by {holder}",
             display::span(waited)
         )
-    }
-}
-
-fn new_record(opts: &RunOptions) -> Record {
-    let me = Me::gather();
-    Record {
-        lockrun: record::FORMAT,
-        boot_id: me.boot_id,
-        lockrun_pid: Some(i64::from(std::process::id())),
-        host: me.host,
-        user: me.user,
-        uid: Some(me.uid),
-        command: Some(record::recordable_command(&opts.command)),
-        cwd: std::env::current_dir()
-            .ok()
-            .map(|d| d.to_string_lossy().into_owned()),
-        mode: Some("exclusive".to_owned()),
-        acquired_at: Some(display::now_rfc3339()),
-        version: Some(env!("CARGO_PKG_VERSION").to_owned()),
-        pid_ns: me.pid_ns,
-        ..Record::default()
     }
 }
