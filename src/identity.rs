@@ -6,7 +6,7 @@
 //! the answer is only ever diagnostic: whether the lock is held is the
 //! kernel's to say.
 
-use crate::platform;
+use crate::platform::{self, ProcessState};
 use crate::record::Record;
 use std::fs;
 
@@ -96,14 +96,12 @@ pub fn record_holder(record: &Record) -> Liveness {
     {
         return Liveness::CannotTell;
     }
-    match (platform::live_process_start_time(pid), record.pid_start) {
-        (Some(now), Some(then)) if now == then => Liveness::Alive,
-        (Some(_), Some(_)) => Liveness::Dead, // the pid was reused
-        (Some(_), None) => Liveness::Alive,   // cannot rule out reuse; best guess
-        // Gone, a zombie, or /proc unreadable.
-        (None, _) => match platform::process_exists(pid) {
-            Some(true) if platform::process_start_time(pid).is_none() => Liveness::CannotTell,
-            _ => Liveness::Dead,
-        },
+    match (platform::process_state(pid), record.pid_start) {
+        (ProcessState::Running { start: Some(now) }, Some(then)) if now == then => Liveness::Alive,
+        (ProcessState::Running { start: Some(_) }, Some(_)) => Liveness::Dead, // the pid was reused
+        (ProcessState::Running { start: None }, Some(_)) => Liveness::CannotTell,
+        (ProcessState::Running { .. }, None) => Liveness::Alive, // cannot rule out reuse; best guess
+        (ProcessState::Zombie | ProcessState::Gone, _) => Liveness::Dead,
+        (ProcessState::Unknown, _) => Liveness::CannotTell,
     }
 }

@@ -265,18 +265,17 @@ fn holders(dev: u64, ino: u64, held: &[&KernelLock]) -> Vec<Holder> {
         // kernel's pid is the best we have.
         return held.iter().map(|l| describe(l.pid, l.mode, None)).collect();
     }
-    // When the process that called flock no longer holds the lock, say so:
-    // the holders inherited it. Decided from the descriptors, not from
-    // whether that pid exists: once it has exited, its pid may already be
-    // someone else's.
-    let gone_callers: Vec<i32> = held
-        .iter()
-        .map(|l| l.pid)
-        .filter(|&c| c > 0 && !fd_holders.iter().any(|h| h.pid == c))
-        .collect();
+    // A holder whose lock was taken by a process that no longer holds it
+    // inherited it: say so. Decided from the descriptors, not from whether
+    // that pid exists: once it has exited, its pid may be someone else's.
     fd_holders
         .iter()
-        .map(|h| describe(h.pid, h.mode, gone_callers.first().copied()))
+        .map(|h| {
+            let caller_gone = h.caller > 0
+                && h.caller != h.pid
+                && !fd_holders.iter().any(|other| other.pid == h.caller);
+            describe(h.pid, h.mode, caller_gone.then_some(h.caller))
+        })
         .collect()
 }
 
@@ -382,6 +381,7 @@ mod tests {
         let holder = FdHolder {
             pid: 7,
             mode: LockMode::Exclusive,
+            caller: 7,
         };
         let verdict = conclude_unseen(
             Some(&record),

@@ -1,7 +1,7 @@
 //! Linux: /proc tells who holds a lock and whether a process is still the
 //! one a record names.
 
-use super::{FdHolder, KernelLock};
+use super::{FdHolder, KernelLock, ProcessState};
 use crate::lock::LockMode;
 use std::fs;
 use std::io;
@@ -53,18 +53,35 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
     parse_start_time(&buf[..n])
 }
 
-/// Like [`process_start_time`], but `None` for a zombie: a process that
-/// has exited and not yet been reaped holds no descriptors, so no lock.
-pub fn live_process_start_time(pid: i32) -> Option<u64> {
+/// What /proc says of `pid` now. A zombie (exited, not yet reaped) holds
+/// no descriptors, so no lock: it counts as gone for liveness.
+pub fn process_state(pid: i32) -> ProcessState {
+    use std::io::Read;
     if pid <= 0 {
-        return None;
+        return ProcessState::Gone;
     }
-    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    if stat.get(close + 2) == Some(&b'Z') {
-        return None;
+    let mut buf = [0u8; 1024];
+    let read = fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read(&mut buf));
+    let n = match read {
+        Ok(n) => n,
+        // ESRCH: it went away between the open and the read.
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+            return ProcessState::Gone;
+        }
+        Err(_) => return ProcessState::Unknown,
+    };
+    let stat = &buf[..n];
+    match stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .and_then(|close| stat.get(close + 2))
+    {
+        Some(b'Z') => ProcessState::Zombie,
+        Some(_) => ProcessState::Running {
+            start: parse_start_time(stat),
+        },
+        None => ProcessState::Unknown,
     }
-    parse_start_time(&stat)
 }
 
 /// The same for the calling process, for use between fork and exec, where
@@ -118,17 +135,6 @@ pub fn process_cmdline(pid: i32) -> Option<Vec<String>> {
             .map(|arg| String::from_utf8_lossy(arg).into_owned())
             .collect(),
     )
-}
-
-pub fn process_exists(pid: i32) -> Option<bool> {
-    if pid <= 0 {
-        return Some(false);
-    }
-    match fs::metadata(format!("/proc/{pid}")) {
-        Ok(_) => Some(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
-        Err(_) => None,
-    }
 }
 
 /// Which PID namespace we are in, so a record can say which namespace its
@@ -224,6 +230,7 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
                 holders.push(FdHolder {
                     pid,
                     mode: lock.mode,
+                    caller: lock.pid,
                 });
             }
         }

@@ -33,11 +33,29 @@ pub struct KernelLock {
     pub waiting: bool,
 }
 
+/// Whether a pid names a process, as far as this system can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessState {
+    /// Alive, with its start time when it could be read.
+    Running {
+        start: Option<u64>,
+    },
+    /// Exited, not yet reaped.
+    Zombie,
+    Gone,
+    /// /proc could not say (no /proc, no permission).
+    Unknown,
+}
+
 /// A process that holds the lock through one of its descriptors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FdHolder {
     pub pid: i32,
     pub mode: LockMode,
+    /// The process that called flock on this descriptor's open file, as
+    /// the kernel lists it in fdinfo; 0 when it hides it (another PID
+    /// namespace). A holder whose caller is someone else inherited it.
+    pub caller: i32,
 }
 
 /// File systems whose locks are arbitrated by a server: a holder on another

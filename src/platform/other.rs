@@ -1,7 +1,7 @@
 //! Fallbacks for systems without Linux's /proc: nothing can be inspected, so
 //! every answer is "unknown", never a guess.
 
-use super::{FdHolder, KernelLock};
+use super::{FdHolder, KernelLock, ProcessState};
 use std::io;
 use std::path::Path;
 
@@ -13,8 +13,8 @@ pub fn boot_id() -> Option<String> {
 pub fn process_start_time(_pid: i32) -> Option<u64> {
     None
 }
-pub fn live_process_start_time(_pid: i32) -> Option<u64> {
-    None
+pub fn process_state(_pid: i32) -> ProcessState {
+    ProcessState::Unknown
 }
 pub fn own_start_time_without_allocating() -> Option<u64> {
     None
@@ -23,9 +23,6 @@ pub fn process_cmdline(_pid: i32) -> Option<Vec<String>> {
     None
 }
 pub fn pid_namespace() -> Option<u64> {
-    None
-}
-pub fn process_exists(_pid: i32) -> Option<bool> {
     None
 }
 pub fn kernel_locks(_dev: u64, _ino: u64) -> io::Result<Vec<KernelLock>> {
