@@ -140,6 +140,19 @@ pub fn holder_summary(record: &Record) -> String {
     out
 }
 
+/// The message for a lock not acquired: busy at once, or a wait that
+/// timed out. Every backend and form says it the same way.
+pub fn busy(label: &str, holder: &str, waited: Duration) -> String {
+    if waited.is_zero() {
+        format!("{label} is held by {holder}")
+    } else {
+        format!(
+            "timed out after {} waiting for {label}, held by {holder}",
+            span(waited)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::lock::{LockFile, LockMode};
-use crate::signals;
 use crate::wait::{self, NotAcquired, WaitObserver, WaitPolicy};
 use std::fs::File;
 use std::os::fd::{BorrowedFd, FromRawFd};
@@ -57,12 +56,6 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
         })?;
         return Ok(0);
     }
-    signals::install().map_err(|e| {
-        Failure::new(
-            exit_codes::OS_ERROR,
-            format!("cannot set up signal handling: {e}"),
-        )
-    })?;
     match wait::acquire(&lock, opts.mode, opts.wait, &mut Silent) {
         Ok(waited) => {
             if opts.verbose {
@@ -76,17 +69,8 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
         }
         Err(NotAcquired::Busy { waited }) => {
             if !opts.quiet {
-                let held = crate::progress::held_by(&lock)
-                    .map(|h| format!(", held by {h}"))
-                    .unwrap_or_default();
-                if waited.is_zero() {
-                    eprintln!("lockrun: {label} is locked by another process{held}");
-                } else {
-                    eprintln!(
-                        "lockrun: timed out after {} waiting for {label}{held}",
-                        display::span(waited)
-                    );
-                }
+                let holder = crate::progress::conflict_holder(&lock, &label);
+                eprintln!("lockrun: {}", display::busy(&label, &holder, waited));
             }
             Ok(opts.conflict_status)
         }

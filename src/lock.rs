@@ -148,10 +148,7 @@ impl LockFile {
 
     /// Waits in the kernel until the lock is ours.
     pub fn lock(&self, mode: LockMode) -> io::Result<()> {
-        match mode {
-            LockMode::Exclusive => self.file.lock(),
-            LockMode::Shared => self.file.lock_shared(),
-        }
+        lock_blocking(&self.file, mode)
     }
 
     /// Starts a blocking kernel wait on a helper thread, which calls `done`
@@ -169,19 +166,20 @@ impl LockFile {
         std::thread::Builder::new()
             .name("lock-wait".into())
             .stack_size(64 * 1024)
-            .spawn(move || {
-                let result = match mode {
-                    LockMode::Exclusive => dup.lock(),
-                    LockMode::Shared => dup.lock_shared(),
-                };
-                done(result);
-            })?;
+            .spawn(move || done(lock_blocking(&dup, mode)))?;
         Ok(())
     }
 
     /// Lets go of the lock now rather than at exit (fd mode's `-u`).
     pub fn unlock(&self) -> io::Result<()> {
         self.file.unlock()
+    }
+}
+
+fn lock_blocking(file: &File, mode: LockMode) -> io::Result<()> {
+    match mode {
+        LockMode::Exclusive => file.lock(),
+        LockMode::Shared => file.lock_shared(),
     }
 }
 

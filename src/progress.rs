@@ -97,27 +97,43 @@ impl WaitObserver for Progress<'_> {
     }
 }
 
-/// The last holder a released (or dead) record names, for a conflict whose
-/// holder left no record of its own: typically a background child of that
-/// command, which inherited the lock.
-pub fn last_recorded(lock: &LockFile) -> Option<String> {
-    let content = record::read_content(lock.file()).ok()?;
-    let record = Record::parse(&content)?;
-    Some(format!(
-        "pid {} ({})",
-        record.pid.unwrap_or(0),
-        display::record_command(&record)
-    ))
-}
-
 /// Who holds the lock according to its record, if the record names a live
 /// holder. Reads only the record and /proc/PID/stat, never the kernel's lock
 /// table: that is `holder`'s job, not the run path's.
 pub fn held_by(lock: &LockFile) -> Option<String> {
-    let content = record::read_content(lock.file()).ok()?;
-    let record = Record::parse(&content)?;
-    if record.is_released() || identity::record_holder(&record) == Liveness::Dead {
+    live_holder(&current_record(lock)?)
+}
+
+/// Names the holder for a conflict message, from one read of the record.
+/// Without a live record the holder is named as well as the run path can:
+/// `holder` can name it from the kernel.
+pub fn conflict_holder(lock: &LockFile, label: &str) -> String {
+    let record = current_record(lock);
+    if let Some(holder) = record.as_ref().and_then(live_holder) {
+        return holder;
+    }
+    match record {
+        // A released or dead record whose lock is still held: typically a
+        // background child of that command inherited it.
+        Some(last) => format!(
+            "a process the record does not name (it names pid {} ({}), which is gone; \
+             a background child of it may hold the lock): `lockrun holder {label}` names it",
+            last.pid.unwrap_or(0),
+            display::record_command(&last)
+        ),
+        None => format!(
+            "another process, which left no holder record (`lockrun holder {label}` names it)"
+        ),
+    }
+}
+
+fn current_record(lock: &LockFile) -> Option<Record> {
+    Record::parse(&record::read_content(lock.file()).ok()?)
+}
+
+fn live_holder(record: &Record) -> Option<String> {
+    if record.is_released() || identity::record_holder(record) == Liveness::Dead {
         return None;
     }
-    Some(display::holder_summary(&record))
+    Some(display::holder_summary(record))
 }

@@ -59,12 +59,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     // are only needed if we have to wait, and `wait::acquire` installs
     // them then, so an uncontended -F run makes no sigaction call.
     if !opts.exec_in_place {
-        signals::install().map_err(|e| {
-            Failure::new(
-                exit_codes::OS_ERROR,
-                format!("cannot set up signal handling: {e}"),
-            )
-        })?;
+        signals::install_for_command()?;
     }
 
     // Everything that does not need the lock is prepared before taking it,
@@ -75,7 +70,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         .then(|| Record::starting(Me::gather(), &opts.command, cwd.as_deref(), opts.mode));
     // The record the command's process completes, serialised now with a
     // slot for the time the lock is taken.
-    let mut child_record = match &mut prepared {
+    let child_record = match &mut prepared {
         Some(record) if !opts.exec_in_place => {
             record.acquired_at = Some(record::ACQUIRED_AT_SLOT.to_owned());
             Some(ChildRecord::new(record, &label))
@@ -150,20 +145,16 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         return Ok(exec_in_place(command, record));
     }
 
-    let write_record = record.as_ref().map(|recording| {
-        let when = recording.record.acquired_at.as_deref().unwrap_or_default();
-        let child_record = match child_record.take() {
-            Some(mut prepared) => {
-                if prepared.stamp_acquired_at(when) {
-                    prepared
-                } else {
-                    ChildRecord::new(&recording.record, &label)
-                }
+    let write_record = record
+        .as_ref()
+        .zip(child_record)
+        .map(|(recording, mut child)| {
+            let when = recording.record.acquired_at.as_deref().unwrap_or_default();
+            if !child.stamp_acquired_at(when) {
+                child = ChildRecord::new(&recording.record, &label);
             }
-            None => ChildRecord::new(&recording.record, &label),
-        };
-        (Arc::new(child_record), recording.file.as_raw_fd())
-    });
+            (Arc::new(child), recording.file.as_raw_fd())
+        });
     let told_by_child = write_record.as_ref().map(|(child, _)| Arc::clone(child));
     // SAFETY: the closure makes raw system calls on buffers prepared
     // above (ChildRecord::write_from_child). The descriptor stays open
@@ -210,17 +201,8 @@ fn not_acquired(
     match not {
         NotAcquired::Busy { waited } => {
             if !quiet {
-                let holder =
-                    progress::held_by(lock).unwrap_or_else(|| unrecorded_holder(lock, label));
-                let message = if waited.is_zero() {
-                    format!("{label} is held by {holder}")
-                } else {
-                    format!(
-                        "timed out after {} waiting for {label}, held by {holder}",
-                        display::span(waited)
-                    )
-                };
-                eprintln!("lockrun: {message}");
+                let holder = progress::conflict_holder(lock, label);
+                eprintln!("lockrun: {}", display::busy(label, &holder, waited));
             }
             Ok(Ending::Status(conflict))
         }
@@ -231,20 +213,6 @@ fn not_acquired(
             lock.path(),
             &e,
         )),
-    }
-}
-
-/// Names a holder that has no live record: `holder` can name it from the
-/// kernel, the run path does not look there.
-fn unrecorded_holder(lock: &LockFile, label: &str) -> String {
-    match progress::last_recorded(lock) {
-        Some(last) => format!(
-            "a process the record does not name (it names {last}, which is gone; \
-             a background child of it may hold the lock): `lockrun holder {label}` names it"
-        ),
-        None => format!(
-            "another process, which left no holder record (`lockrun holder {label}` names it)"
-        ),
     }
 }
 
@@ -260,7 +228,7 @@ fn exec_in_place(command: CommandLine, record: Option<Recording>) -> Ending {
     let me = std::process::id() as i32;
     let record = record.map(|mut recording| {
         recording.record.pid = Some(i64::from(me));
-        recording.record.pid_start = platform::process_start_time(me);
+        recording.record.pid_start = platform::own_start_time_without_allocating();
         if let Err(e) = record::write(&recording.file, &recording.record.to_line(), None) {
             warn_record_failed(&recording.label, &e);
             recording.failed = true;

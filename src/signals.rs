@@ -6,8 +6,8 @@
 //!
 //! The handlers do all their work inside the signal handler with
 //! async-signal-safe calls (atomics, kill, write): no thread is started for
-//! signals, so the uncontended path stays a single-threaded process, which
-//! forks cheaply and has no thread to race with the reaping of the command.
+//! signals, so the uncontended path stays a single-threaded process, with
+//! no thread to race with the start or the reaping of the command.
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use std::io;
@@ -87,6 +87,16 @@ extern "C" fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc:
     // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo.
     let code = unsafe { info.as_ref() }.map_or(0, |info| info.si_code);
     crate::platform::keeping_errno(|| on_signal(sig, code == SI_KERNEL));
+}
+
+/// [`install`], for a command about to be started: a failure ends lockrun.
+pub fn install_for_command() -> Result<(), crate::exit_codes::Failure> {
+    install().map_err(|e| {
+        crate::exit_codes::Failure::new(
+            crate::exit_codes::OS_ERROR,
+            format!("cannot set up signal handling: {e}"),
+        )
+    })
 }
 
 /// The signals lockrun catches, one bit each: the command must start with

@@ -3,9 +3,11 @@
 //!
 //! The uncontended case costs one non-blocking flock and nothing else: no
 //! thread, no pipe. Only when the lock is busy does lockrun start the
-//! machinery for waiting: a helper thread blocked in flock, and a self-pipe
-//! that the helper and the signal handlers write to, which the main thread
-//! waits on with the deadline as its timeout.
+//! machinery for waiting. Waiting for ever with nothing to show blocks in
+//! flock on the main thread itself. Otherwise a helper thread blocks in
+//! flock and writes to a self-pipe, as the signal handlers do; the main
+//! thread waits on the pipe, waking at least every 250 ms to check the
+//! deadline, poll (with `--poll`) and refresh the status line.
 
 use crate::lock::{LockFile, LockMode};
 use crate::signals::{self, LOCKED, WakePipe};

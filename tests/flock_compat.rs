@@ -352,8 +352,7 @@ fn manual_unlock_frees_the_lock_a_background_child_of_the_subshell_would_keep() 
 /// read-only, on a directory or an existing file)
 #[test]
 fn manual_shared_lock_on_fd_213_opened_read_only() {
-    if !has("bash") {
-        skip("bash is not installed (dash has no descriptors above 9)");
+    if !needs("bash", "dash has no descriptors above 9") {
         return;
     }
     compare(

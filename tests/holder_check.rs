@@ -32,6 +32,17 @@ fn holder_text(lock: &std::path::Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// A command that prints the record and, on stderr, its own pid and start
+/// time as /proc tells them (field 22 of /proc/PID/stat).
+const SHOW_RECORD_PID_AND_START: &str =
+    "cat \"$LOCKRUN_LOCKFILE\"; echo $$ $(cut -d' ' -f22 /proc/$$/stat) >&2";
+
+fn pid_and_start(stderr: &[u8]) -> (i64, u64) {
+    let told = String::from_utf8_lossy(stderr);
+    let (pid, start) = told.trim().split_once(' ').unwrap();
+    (pid.parse().unwrap(), start.parse().unwrap())
+}
+
 #[test]
 fn the_record_names_the_command_before_it_starts_and_its_end_after() {
     let dir = temp_dir();
@@ -40,18 +51,12 @@ fn the_record_names_the_command_before_it_starts_and_its_end_after() {
     let out = std_lockrun()
         .current_dir(dir.path())
         .arg(&lock)
-        .args([
-            "sh",
-            "-c",
-            "cat \"$LOCKRUN_LOCKFILE\"; echo $$ $(cut -d' ' -f22 /proc/$$/stat) >&2",
-        ])
+        .args(["sh", "-c", SHOW_RECORD_PID_AND_START])
         .output()
         .unwrap();
     assert!(out.status.success());
     let during: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let told = String::from_utf8_lossy(&out.stderr);
-    let (sh_pid, sh_start) = told.trim().split_once(' ').unwrap();
-    let (sh_pid, sh_start): (i64, u64) = (sh_pid.parse().unwrap(), sh_start.parse().unwrap());
+    let (sh_pid, sh_start) = pid_and_start(&out.stderr);
     assert_eq!(during["lockrun"], 1);
     assert_eq!(during["pid"], sh_pid, "the record names the command's pid");
     assert_eq!(during["pid_start"], sh_start, "and its start time");
@@ -106,13 +111,17 @@ fn exec_mode_records_lockruns_own_pid_and_no_release() {
     let out = std_lockrun()
         .arg("-F")
         .arg(&lock)
-        .args(["sh", "-c", "cat \"$LOCKRUN_LOCKFILE\"; echo $$ >&2"])
+        .args(["sh", "-c", SHOW_RECORD_PID_AND_START])
         .output()
         .unwrap();
     assert!(out.status.success());
     let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sh_pid: i64 = String::from_utf8_lossy(&out.stderr).trim().parse().unwrap();
+    let (sh_pid, sh_start) = pid_and_start(&out.stderr);
     assert_eq!(record["pid"], sh_pid);
+    assert_eq!(
+        record["pid_start"], sh_start,
+        "lockrun's start time, kept across exec"
+    );
     assert_eq!(record["lockrun_pid"], sh_pid);
     let after = record_json(&lock);
     assert!(after.get("released_at").is_none() && after.get("exit").is_none());
@@ -269,6 +278,34 @@ fn holder_names_the_process_that_inherited_the_lock() {
     assert_eq!(json["holders"][0]["pid"], sleeper);
     assert_eq!(json["holders"][0]["locked_by"], flock.pid());
     kill(sleeper, "KILL");
+}
+
+#[test]
+fn only_the_holder_whose_caller_is_gone_inherited_the_lock() {
+    if !needs("flock", "util-linux flock(1), to test interop") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    // Two shared holders: the first one's flock(1) is killed, so its
+    // command inherited the lock; the second one's flock(1) still holds it
+    // beside its command, and neither of those inherited anything.
+    let (mut orphaned_flock, orphan) = flock_holding(&["-s"], &lock);
+    wait_exec(orphan, "sleep");
+    kill(orphaned_flock.pid(), "KILL");
+    orphaned_flock.wait_exit(BOUND);
+    let (live_flock, child) = flock_holding(&["-s"], &lock);
+    wait_exec(child, "sleep");
+    let json = holder_json(&lock);
+    let locked_by = |pid: i32| {
+        let holders = json["holders"].as_array().unwrap();
+        let holder = holders.iter().find(|h| h["pid"] == pid);
+        holder.unwrap_or_else(|| panic!("pid {pid} not listed: {json}"))["locked_by"].clone()
+    };
+    assert_eq!(locked_by(orphan), orphaned_flock.pid(), "{json}");
+    assert!(locked_by(live_flock.pid()).is_null(), "{json}");
+    assert!(locked_by(child).is_null(), "{json}");
+    kill(orphan, "KILL");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! never panics, human output never carries a raw control character, and
 //! JSON output always parses (issue: hostile paths and bad input).
 
-use lockrun::inspect::{Holder, Report, State};
+use lockrun::inspect::{EtcdLock, Holder, Report, State};
 use lockrun::record::{Exit, Record};
 use proptest::prelude::*;
 
@@ -83,29 +83,37 @@ fn any_report() -> impl Strategy<Value = Report> {
         proptest::option::of(any_record()),
         any::<Option<bool>>(),
         proptest::option::of(any_text()),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         0usize..3,
+        proptest::option::of((any_text(), any_text(), any::<i64>())),
     )
         .prop_map(
-            |(path, state, holders, record, alive, reason, exists, waiting)| Report {
-                path,
-                state,
-                holders: holders
-                    .into_iter()
-                    .map(|(pid, command, locked_by)| Holder {
-                        pid,
-                        mode: "exclusive",
-                        command,
-                        locked_by,
-                    })
-                    .collect(),
-                record,
-                record_holder_alive: alive,
-                reason,
-                exists,
-                waiting,
-                unreadable: false,
-                etcd: None,
+            |(path, state, holders, record, alive, reason, (exists, unreadable), waiting, etcd)| {
+                Report {
+                    path,
+                    state,
+                    holders: holders
+                        .into_iter()
+                        .map(|(pid, command, locked_by)| Holder {
+                            pid,
+                            mode: "exclusive",
+                            command,
+                            locked_by,
+                        })
+                        .collect(),
+                    record,
+                    record_holder_alive: alive,
+                    reason,
+                    exists,
+                    waiting,
+                    unreadable,
+                    // The key and lease come from etcd: as untrusted as a file.
+                    etcd: etcd.map(|(key, lease, fencing_token)| EtcdLock {
+                        key,
+                        lease,
+                        fencing_token,
+                    }),
+                }
             },
         )
 }
@@ -135,9 +143,21 @@ proptest! {
     }
 
     #[test]
-    fn json_output_always_parses(report in any_report()) {
+    fn json_output_keeps_its_documented_schema(report in any_report()) {
         let json = serde_json::to_string(&report).unwrap();
+        prop_assert!(!json.contains('\n'), "one line per path");
         let back: serde_json::Value = serde_json::from_str(&json).unwrap();
-        prop_assert!(back.is_object());
+        prop_assert!(["held", "free", "unknown"].contains(&back["state"].as_str().unwrap()));
+        prop_assert_eq!(&back["path"], &serde_json::json!(report.path));
+        prop_assert_eq!(back["holders"].as_array().map(Vec::len), Some(report.holders.len()));
+        for holder in back["holders"].as_array().unwrap() {
+            prop_assert!(holder["pid"].is_i64() && holder["mode"].is_string());
+            prop_assert!(holder.get("command").is_some());
+        }
+        prop_assert_eq!(back["record"].is_null(), report.record.is_none());
+        prop_assert!(back["record_holder_alive"].is_boolean() || back["record_holder_alive"].is_null());
+        prop_assert!(back.get("reason").is_some());
+        // Files keep the schema they had before lock URLs: no `etcd` key.
+        prop_assert_eq!(back.get("etcd").is_some(), report.etcd.is_some());
     }
 }

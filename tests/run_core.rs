@@ -179,14 +179,32 @@ fn a_blocked_waiter_runs_as_soon_as_the_holder_exits() {
 fn poll_mode_takes_the_lock_after_release() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    let (mut holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; read line");
+    // The holder marks its release; a poller that ran early finds no mark.
+    let released = dir.path().join("released");
+    let (mut holder, _) = Background::lockrun_holding(
+        &[],
+        &lock,
+        &format!("echo ready; read line; touch '{}'", released.display()),
+    );
     let mut cmd = std_lockrun();
     cmd.args(["--poll", "20ms", "-w", "30s"])
         .arg(&lock)
-        .args(["--", "echo", "poller ran"]);
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "test -e \"$0\" && echo poller ran || echo EARLY",
+        ])
+        .arg(&released);
     let mut poller = Background::spawn(cmd);
-    // A poller is not in the kernel's queue; it must not run before release.
-    assert_eq!(poller.line(Duration::from_millis(200)), None);
+    // Polling: asleep between attempts, and never in the kernel's queue.
+    wait_for("the poller to sleep between attempts", || {
+        std::fs::read_to_string(format!("/proc/{}/stat", poller.pid())).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('S'))
+        })
+    });
     assert_eq!(
         kernel_waiters(&lock),
         0,

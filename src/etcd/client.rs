@@ -22,9 +22,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct EtcdError {
     pub message: String,
-    /// Nothing answered at all (every endpoint refused or timed out), as
-    /// opposed to etcd answering with an error.
-    pub unreachable: bool,
 }
 
 impl fmt::Display for EtcdError {
@@ -91,27 +88,23 @@ impl Client {
                     self.preferred.store(at, Ordering::Relaxed);
                     return serde_json::from_slice(&answer).map_err(|e| EtcdError {
                         message: format!("{endpoint}: {path}: not JSON: {e}"),
-                        unreachable: false,
                     });
                 }
                 Err(HttpError::Connect(e)) => failures.push(format!("{endpoint}: {e}")),
                 Err(HttpError::Status(code, message)) => {
                     return Err(EtcdError {
                         message: format!("{endpoint}: {path}: HTTP {code}: {message}"),
-                        unreachable: false,
                     });
                 }
                 Err(e) => {
                     return Err(EtcdError {
                         message: format!("{endpoint}: {path}: {e}"),
-                        unreachable: true,
                     });
                 }
             }
         }
         Err(EtcdError {
             message: format!("cannot connect to etcd ({})", failures.join("; ")),
-            unreachable: true,
         })
     }
 
@@ -280,7 +273,6 @@ fn b64(text: &str) -> String {
 fn malformed(what: &str) -> EtcdError {
     EtcdError {
         message: format!("unexpected answer from etcd: {what}"),
-        unreachable: false,
     }
 }
 

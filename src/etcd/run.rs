@@ -37,12 +37,7 @@ enum Outcome {
 
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let label = display::escape(&opts.url.text);
-    signals::install().map_err(|e| {
-        Failure::new(
-            exit_codes::OS_ERROR,
-            format!("cannot set up signal handling: {e}"),
-        )
-    })?;
+    signals::install_for_command()?;
     let client = Client::new(opts.url.endpoints.clone());
     let unavailable = |e: &EtcdError| {
         Failure::new(
@@ -241,12 +236,10 @@ fn acquire(
                     },
                     Ok(Ok(key)) => Outcome::Failed(EtcdError {
                         message: format!("etcd granted the lock to key {key}, not ours ({ours})"),
-                        unreachable: false,
                     }),
                     Ok(Err(e)) => Outcome::Failed(e),
                     Err(_) => Outcome::Failed(EtcdError {
                         message: "the lock-waiting thread vanished".into(),
-                        unreachable: false,
                     }),
                 };
             }
@@ -257,7 +250,6 @@ fn acquire(
         if let Some(reason) = session.lost() {
             return Outcome::Failed(EtcdError {
                 message: format!("lost the lease while waiting: {reason}"),
-                unreachable: true,
             });
         }
     }
@@ -266,7 +258,6 @@ fn acquire(
 fn local_error(e: &std::io::Error) -> EtcdError {
     EtcdError {
         message: format!("cannot wait: {e}"),
-        unreachable: false,
     }
 }
 
@@ -285,13 +276,5 @@ fn holder_text(owner: Option<&Kv>) -> String {
 }
 
 fn busy_message(label: &str, owner: Option<&Kv>, waited: Duration) -> String {
-    let holder = holder_text(owner);
-    if waited.is_zero() {
-        format!("{label} is held by {holder}")
-    } else {
-        format!(
-            "timed out after {} waiting for {label}, held by {holder}",
-            display::span(waited)
-        )
-    }
+    display::busy(label, &holder_text(owner), waited)
 }

@@ -46,7 +46,6 @@ impl Shared {
 pub struct Session {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    pub lease: i64,
 }
 
 impl Session {
@@ -64,11 +63,7 @@ impl Session {
         if thread.is_none() {
             shared.lock().lost = Some("cannot start the thread that renews the lease".into());
         }
-        Session {
-            shared,
-            thread,
-            lease,
-        }
+        Session { shared, thread }
     }
 
     /// The lock is ours as `key`, created at `revision`: watch it.
