@@ -48,6 +48,25 @@ pub struct Report {
     pub etcd: Option<EtcdLock>,
 }
 
+impl Report {
+    /// An existing lock nobody holds, with nothing known yet about it:
+    /// what each kind of inspection starts from.
+    pub fn free(path: String) -> Report {
+        Report {
+            path,
+            state: State::Free,
+            holders: Vec::new(),
+            record: None,
+            record_holder_alive: None,
+            reason: None,
+            exists: true,
+            waiting: 0,
+            unreadable: false,
+            etcd: None,
+        }
+    }
+}
+
 /// The etcd key that holds a lock URL's lock.
 #[derive(Debug, Clone, Serialize)]
 pub struct EtcdLock {
@@ -75,16 +94,9 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(Report {
-                path: shown,
-                state: State::Free,
-                holders: Vec::new(),
-                record: None,
-                record_holder_alive: None,
                 reason: Some("no lock file".to_owned()),
                 exists: false,
-                waiting: 0,
-                unreadable: false,
-                etcd: None,
+                ..Report::free(shown)
             });
         }
         Err(e) => {
@@ -108,16 +120,10 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     };
     let liveness = record.as_ref().map(identity::record_holder);
     let mut report = Report {
-        path: shown,
-        state: State::Free,
-        holders: Vec::new(),
         record,
         record_holder_alive: liveness.and_then(Liveness::as_option),
-        reason: None,
-        exists: true,
-        waiting: 0,
         unreadable,
-        etcd: None,
+        ..Report::free(shown)
     };
 
     let kernel = match platform::kernel_locks(dev, ino) {

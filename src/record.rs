@@ -132,6 +132,12 @@ impl Record {
         self.released_at.is_some()
     }
 
+    /// Written by `lockrun -F`: lockrun became the command, so the command's
+    /// pid is lockrun's, and nobody was left to record how it ended.
+    pub fn ran_in_place(&self) -> bool {
+        self.pid.is_some() && self.pid == self.lockrun_pid
+    }
+
     pub fn to_line(&self) -> Vec<u8> {
         // Serializing plain data with string keys cannot fail.
         let mut line = serde_json::to_vec(self).unwrap_or_default();

@@ -70,7 +70,7 @@ fn held(report: &Report, path: &str) -> String {
             );
         }
         match record.lockrun_pid {
-            Some(via) if Some(via) != record.pid => {
+            Some(via) if !record.ran_in_place() => {
                 let _ = write!(text, " via lockrun pid {via}");
             }
             _ => text.push_str(" lockrun exec'd the command in place"),
@@ -178,9 +178,8 @@ fn free(report: &Report, path: &str) -> String {
     }
     if let Some(exit) = &record.exit {
         let _ = write!(text, ", {}", display::exit(exit));
-    } else if !record.is_released() && record.pid.is_some() && record.pid == record.lockrun_pid {
-        // -F: lockrun became the command, so nobody was left to record
-        // the end. That is normal, not a crash.
+    } else if !record.is_released() && record.ran_in_place() {
+        // Normal for -F, not a crash.
         text.push_str(" (run with -F: how it ended is not recorded)");
     } else if !record.is_released() {
         match report.record_holder_alive {

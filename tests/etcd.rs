@@ -119,15 +119,8 @@ fn several_processes_exclude_each_other_and_get_increasing_fencing_tokens() {
                 .expect("spawn worker")
         })
         .collect();
-    let deadline = Instant::now() + BOUND * 3;
     for worker in &mut running {
-        let status = loop {
-            if let Some(status) = worker.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "workers did not finish");
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = wait_child(worker, BOUND * 3);
         assert!(status.success(), "a worker failed: {status:?}");
     }
     let total: usize = std::fs::read_to_string(&counter)
@@ -193,12 +186,7 @@ fn a_timed_out_waiter_gives_up_and_leaves_no_key_behind() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("timed out after"), "{stderr}");
     // The waiter's key went with its lease: nobody is queued.
-    let out = lockrun()
-        .args(["holder", "--json", &url])
-        .assert()
-        .success();
-    let json: serde_json::Value =
-        serde_json::from_slice(&out.get_output().stdout).expect("holder --json");
+    let json = holder_json(&url);
     assert_eq!(json["state"], "held");
     assert_eq!(json["waiting"], 0, "{json}");
     holder.release();
@@ -302,12 +290,7 @@ fn holder_and_check_read_the_lock_from_etcd() {
     let (pid, token) = (&words[0], &words[1]);
     assert_eq!(words[2], url);
     lockrun().args(["check", "-q", &url]).assert().code(0);
-    let out = lockrun()
-        .args(["holder", "--json", &url])
-        .assert()
-        .success();
-    let json: serde_json::Value =
-        serde_json::from_slice(&out.get_output().stdout).expect("holder --json");
+    let json = holder_json(&url);
     assert_eq!(json["state"], "held");
     assert_eq!(json["record"]["pid"].to_string(), *pid);
     assert!(json["record"]["host"].is_string());

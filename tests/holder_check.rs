@@ -7,31 +7,6 @@ use common::*;
 use predicates::prelude::*;
 use std::process::Command;
 
-fn holder_json(lock: &std::path::Path) -> serde_json::Value {
-    let out = lockrun()
-        .args(["holder", "--json"])
-        .arg(lock)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-fn holder_text(lock: &std::path::Path) -> String {
-    let out = lockrun().arg("holder").arg(lock).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// A command that prints the record and, on stderr, its own pid and start
 /// time as /proc tells them (field 22 of /proc/PID/stat).
 const SHOW_RECORD_PID_AND_START: &str =

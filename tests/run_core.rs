@@ -198,13 +198,7 @@ fn poll_mode_takes_the_lock_after_release() {
         .arg(&released);
     let mut poller = Background::spawn(cmd);
     // Polling: asleep between attempts, and never in the kernel's queue.
-    wait_for("the poller to sleep between attempts", || {
-        std::fs::read_to_string(format!("/proc/{}/stat", poller.pid())).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('S'))
-        })
-    });
+    wait_asleep("the poller to sleep between attempts", poller.pid());
     assert_eq!(
         kernel_waiters(&lock),
         0,

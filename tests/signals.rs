@@ -95,11 +95,7 @@ fn ctrl_c_on_a_terminal_reaches_the_command_once() {
     term.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
     seen("got INT");
     std::fs::write(format!("{}.stop", script.display()), "").unwrap();
-    let deadline = Instant::now() + BOUND;
-    while term.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the command did not stop");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_child(&mut term, BOUND);
     // Everything the terminal showed, up to end of file.
     while let Ok(text) = rx.recv_timeout(BOUND) {
         last = text;
@@ -174,13 +170,7 @@ fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
         let mut waiter = Background::spawn(cmd);
         if args.contains(&"--poll") {
             // A poller never queues in the kernel; wait until it is sleeping.
-            wait_for("the poller to start", || {
-                std::fs::read_to_string(format!("/proc/{}/stat", waiter.pid())).is_ok_and(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .is_some_and(|r| r.trim_start().starts_with('S'))
-                })
-            });
+            wait_asleep("the poller to start", waiter.pid());
         } else {
             wait_for("the waiter to block", || kernel_waiters(&lock) == 1);
         }
@@ -220,15 +210,7 @@ fn exec_mode_becomes_the_command_and_the_lock_lasts_until_it_exits() {
         holder.pid().to_string(),
         "the command has lockrun's pid"
     );
-    let json: serde_json::Value = serde_json::from_slice(
-        &lockrun()
-            .args(["holder", "--json"])
-            .arg(&lock)
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let json = holder_json(&lock);
     assert_eq!(json["holders"][0]["pid"], holder.pid());
     assert_eq!(json["holders"].as_array().unwrap().len(), 1);
     try_lock_now(&lock).code(75);
@@ -260,8 +242,7 @@ fn without_close_a_background_child_keeps_the_lock() {
         .stderr(predicates::str::contains(
             "a background child of it may hold the lock",
         ));
-    let text =
-        String::from_utf8(lockrun().arg("holder").arg(&lock).output().unwrap().stdout).unwrap();
+    let text = holder_text(&lock);
     assert!(text.contains(&format!("pid {daemon} `sleep 60`")), "{text}");
     kill(daemon, "KILL");
     wait_for("the daemon to let go", || kernel_holders(&lock) == 0);

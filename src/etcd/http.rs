@@ -139,16 +139,9 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 
 /// Whether `response` already holds a whole answer.
 fn complete(response: &[u8]) -> bool {
-    let Some((head, body)) = split_head(response) else {
-        return false;
-    };
-    let head = String::from_utf8_lossy(head);
-    if header(&head, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        return dechunk(body).is_some();
-    }
-    header(&head, "content-length")
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|len| body.len() >= len)
+    split_head(response).is_some_and(|(head, body)| {
+        whole_body(&String::from_utf8_lossy(head), body, false).is_some()
+    })
 }
 
 fn parse_response(response: &[u8]) -> Result<Vec<u8>, HttpError> {
@@ -159,22 +152,24 @@ fn parse_response(response: &[u8]) -> Result<Vec<u8>, HttpError> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or(HttpError::Malformed("no status code"))?;
-    let body =
-        if header(&head, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-            dechunk(body).ok_or(HttpError::Malformed("truncated chunked body"))?
-        } else {
-            match header(&head, "content-length").and_then(|v| v.parse::<usize>().ok()) {
-                Some(len) => body
-                    .get(..len)
-                    .ok_or(HttpError::Malformed("truncated body"))?
-                    .to_vec(),
-                None => body.to_vec(),
-            }
-        };
+    let body = whole_body(&head, body, true).ok_or(HttpError::Malformed("truncated body"))?;
     if status != 200 {
         return Err(HttpError::Status(status, error_message(&body)));
     }
     Ok(body)
+}
+
+/// The body, once all of it is there: chunked, or as long as its
+/// Content-Length, or (with neither) whatever came before the end of the
+/// stream. `None` while incomplete.
+fn whole_body(head: &str, body: &[u8], at_end: bool) -> Option<Vec<u8>> {
+    if header(head, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        return dechunk(body);
+    }
+    match header(head, "content-length").and_then(|v| v.parse::<usize>().ok()) {
+        Some(len) => body.get(..len).map(<[u8]>::to_vec),
+        None => at_end.then(|| body.to_vec()),
+    }
 }
 
 /// gRPC-gateway's error body is `{"error":..,"message":..,"code":..}`.

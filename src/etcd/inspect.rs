@@ -15,18 +15,7 @@ use std::time::Instant;
 
 pub fn inspect(url: &EtcdUrl) -> Report {
     let client = Client::new(url.endpoints.clone());
-    let mut report = Report {
-        path: url.text.clone(),
-        state: State::Free,
-        holders: Vec::new(),
-        record: None,
-        record_holder_alive: None,
-        reason: None,
-        exists: true,
-        waiting: 0,
-        unreadable: false,
-        etcd: None,
-    };
+    let mut report = Report::free(url.text.clone());
     match client.owner(&url.name) {
         Err(e) => {
             report.state = State::Unknown;

@@ -104,18 +104,7 @@ impl Background {
     }
 
     pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "process {} did not exit in {within:?}",
-                self.pid()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_child(&mut self.child, within)
     }
 
     pub fn has_exited(&mut self) -> bool {
@@ -132,6 +121,22 @@ impl Drop for Background {
 
 /// Polls `condition` (a cheap look at kernel or file state, not a guess
 /// about timing) until it holds, failing the test after `BOUND`.
+/// Reaps `child`, failing the test if it has not exited within `within`.
+pub fn wait_child(child: &mut std::process::Child, within: Duration) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {} did not exit in {within:?}",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 pub fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + BOUND;
     while !condition() {
@@ -189,15 +194,20 @@ pub fn kill(pid: i32, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid} failed");
 }
 
+/// The state letter of /proc/PID/stat (`R`, `S`, `Z`, …), `None` when gone.
+pub fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.trim_start().chars().next()
+}
+
 pub fn process_gone(pid: i32) -> bool {
     // A zombie still has /proc/PID; count it as gone.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
+    matches!(process_state(pid), None | Some('Z'))
+}
+
+/// Asleep (state S): a poller between two attempts, say.
+pub fn wait_asleep(what: &str, pid: i32) {
+    wait_for(what, || process_state(pid) == Some('S'));
 }
 
 pub fn temp_dir() -> tempfile::TempDir {
@@ -273,6 +283,33 @@ pub fn flock_holding(flock_args: &[&str], lock: &Path) -> (Background, i32) {
     let words = flock.expect_ready();
     let pid = words[0].parse().expect("pid");
     (flock, pid)
+}
+
+/// `lockrun holder --json TARGET`, which must succeed, parsed.
+pub fn holder_json(target: impl AsRef<std::ffi::OsStr>) -> serde_json::Value {
+    let out = lockrun()
+        .args(["holder", "--json"])
+        .arg(target)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `lockrun holder TARGET`, which must succeed: its text.
+pub fn holder_text(target: impl AsRef<std::ffi::OsStr>) -> String {
+    let out = lockrun().arg("holder").arg(target).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// `lockrun -n LOCK true`: is the lock free right now? (`.success()`) or
