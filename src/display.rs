@@ -130,7 +130,7 @@ pub fn holder_summary(record: &Record) -> String {
         let _ = write!(out, " ({})", record_command(record));
     }
     if let Some(host) = &record.host
-        && Some(host) != crate::identity::host_name().as_ref()
+        && Some(host.as_str()) != crate::identity::host_name()
     {
         let _ = write!(out, " on {}", escape(host));
     }

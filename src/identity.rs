@@ -9,6 +9,7 @@
 use crate::platform::{self, ProcessState};
 use crate::record::Record;
 use std::fs;
+use std::sync::OnceLock;
 
 /// Who we are, for the record. Everything here is cheap: no NSS look-up
 /// (which can mean LDAP round trips), just uname, /etc/passwd and /proc.
@@ -23,19 +24,42 @@ pub struct Me {
 impl Me {
     pub fn gather() -> Me {
         let uid = rustix::process::getuid().as_raw();
+        let here = this_machine();
         Me {
-            host: host_name(),
+            host: here.host.clone(),
             user: user_name(uid),
             uid,
-            boot_id: platform::boot_id(),
-            pid_ns: platform::pid_namespace(),
+            boot_id: here.boot_id.clone(),
+            pid_ns: here.pid_ns,
         }
     }
 }
 
-pub fn host_name() -> Option<String> {
-    let uts = rustix::system::uname();
-    Some(uts.nodename().to_string_lossy().into_owned())
+/// Where we run: what a record is compared against. Read once per
+/// process: a waiter's status line checks the holder every tick, and
+/// `holder` checks one record per path.
+struct Machine {
+    host: Option<String>,
+    boot_id: Option<String>,
+    pid_ns: Option<u64>,
+}
+
+fn this_machine() -> &'static Machine {
+    static MACHINE: OnceLock<Machine> = OnceLock::new();
+    MACHINE.get_or_init(|| Machine {
+        host: Some(
+            rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        boot_id: platform::boot_id(),
+        pid_ns: platform::pid_namespace(),
+    })
+}
+
+pub fn host_name() -> Option<&'static str> {
+    this_machine().host.as_deref()
 }
 
 /// The login name for `uid`, from /etc/passwd, else `$USER` or `$LOGNAME`
@@ -80,18 +104,19 @@ pub fn record_holder(record: &Record) -> Liveness {
     let Some(pid) = record.pid.and_then(|p| i32::try_from(p).ok()) else {
         return Liveness::CannotTell;
     };
+    let here = this_machine();
     if let Some(host) = &record.host
-        && Some(host) != host_name().as_ref()
+        && Some(host.as_str()) != host_name()
     {
         return Liveness::CannotTell;
     }
-    if let (Some(theirs), Some(ours)) = (&record.boot_id, platform::boot_id())
-        && *theirs != ours
+    if let (Some(theirs), Some(ours)) = (&record.boot_id, &here.boot_id)
+        && theirs != ours
     {
         // Written before the last reboot: nobody from then is alive.
         return Liveness::Dead;
     }
-    if let (Some(theirs), Some(ours)) = (record.pid_ns, platform::pid_namespace())
+    if let (Some(theirs), Some(ours)) = (record.pid_ns, here.pid_ns)
         && theirs != ours
     {
         return Liveness::CannotTell;

@@ -199,7 +199,7 @@ fn who(record: &Record) -> String {
         .unwrap_or_else(|| "?".into());
     let mut text = format!("pid {pid} `{}`", display::record_command(record));
     if let Some(host) = &record.host
-        && Some(host) != crate::identity::host_name().as_ref()
+        && Some(host.as_str()) != crate::identity::host_name()
     {
         let _ = write!(text, " on {}", escape(host));
     }
