@@ -337,7 +337,10 @@ fn a_holder_that_died_without_releasing_is_reported_as_crashed() {
     kill(holder.pid(), "KILL");
     holder.wait_exit(BOUND);
     kill(command_pid, "KILL");
+    // An exiting process drops its descriptors (and the lock) a moment
+    // before /proc shows it as a zombie: wait for both.
     wait_for("the lock to be free", || kernel_holders(&lock) == 0);
+    wait_for("the command to be gone", || process_gone(command_pid));
     let text = holder_text(&lock);
     assert!(
         text.contains("crashed or was killed without releasing it"),
