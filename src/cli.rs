@@ -120,12 +120,17 @@ pub struct RunArgs {
     #[arg(short, long, help_heading = "Output")]
     verbose: bool,
 
+    /// Stop the command, and every process holding the lock through it, after DURATION (SIGTERM,
+    /// then SIGKILL after --kill-grace); exit 124
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
+    max_time: Option<Duration>,
+
     /// etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "etcd")]
     ttl: Option<Duration>,
 
-    /// etcd lock URL only: after a lost lock, SIGKILL the command this long after SIGTERM [default: 5s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "etcd")]
+    /// After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
     kill_grace: Option<Duration>,
 
     /// Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME
@@ -312,6 +317,7 @@ fn parse_plain_run(args: &[OsString]) -> Option<RunArgs> {
         unlock: false,
         quiet: false,
         verbose: false,
+        max_time: None,
         ttl: None,
         kill_grace: None,
         target: None,
@@ -463,9 +469,17 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
         LockTarget::File(path) => path,
         LockTarget::Etcd(url) => return etcd_run(url, args, mode, wait, command),
     };
-    if args.ttl.is_some() || args.kill_grace.is_some() {
+    if args.ttl.is_some() {
+        return Err(usage("--ttl applies only to etcd:// lock URLs"));
+    }
+    if args.kill_grace.is_some() && args.max_time.is_none() {
         return Err(usage(
-            "--ttl and --kill-grace apply only to etcd:// lock URLs",
+            "--kill-grace applies to --max-time (and to etcd:// lock URLs); nothing is stopped without it",
+        ));
+    }
+    if args.max_time.is_some() && args.no_fork {
+        return Err(usage(
+            "--max-time cannot be used with -F: nobody would be left to stop the command",
         ));
     }
     Ok(Invocation::Run(RunOptions {
@@ -479,8 +493,13 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
         quiet: args.quiet,
         verbose: args.verbose,
         write_record: !args.no_record,
+        max_time: args.max_time,
+        kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
     }))
 }
+
+/// SIGKILL this long after SIGTERM, after --max-time or a lost lock.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The run form on a lock URL. What cannot work with a lease is refused
 /// here rather than silently ignored.
@@ -517,6 +536,7 @@ fn etcd_run(
         write_record: !args.no_record,
         ttl: args.ttl.unwrap_or(etcd::DEFAULT_TTL),
         kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
+        max_time: args.max_time,
     }))
 }
 

@@ -21,6 +21,8 @@ pub const OS_ERROR: u8 = 71;
 /// 76 (EX_PROTOCOL's number) is ours by the contract.
 pub const LOCK_LOST: u8 = 76;
 pub const NO_PERMISSION: u8 = 77;
+/// `--max-time` ran out and the command was stopped: timeout(1)'s status.
+pub const MAX_TIME: u8 = 124;
 pub const CANNOT_EXECUTE: u8 = 126;
 pub const NOT_FOUND: u8 = 127;
 

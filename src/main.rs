@@ -9,8 +9,9 @@
 use lockrun::cli::{self, Invocation, LockTarget};
 use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
+use lockrun::run::signals;
 use lockrun::run::{self, Ending};
-use lockrun::{etcd, fd_mode, report, signals};
+use lockrun::{etcd, fd_mode, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;

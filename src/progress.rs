@@ -7,12 +7,11 @@ use crate::display;
 use crate::identity::{self, Liveness};
 use crate::lock::LockFile;
 use crate::record::{self, Record};
-use crate::wait::WaitObserver;
+use crate::run::wait::WaitObserver;
 use std::io::Write;
 use std::time::Duration;
 
-pub struct Progress<'a> {
-    lock: &'a LockFile,
+pub struct Progress {
     label: String,
     verbose: bool,
     quiet: bool,
@@ -23,16 +22,9 @@ pub struct Progress<'a> {
     line_shown: bool,
 }
 
-impl<'a> Progress<'a> {
-    pub fn new(
-        lock: &'a LockFile,
-        label: String,
-        verbose: bool,
-        quiet: bool,
-        timeout: Option<Duration>,
-    ) -> Self {
+impl Progress {
+    pub fn new(label: String, verbose: bool, quiet: bool, timeout: Option<Duration>) -> Self {
         Progress {
-            lock,
             label,
             verbose,
             quiet,
@@ -44,7 +36,7 @@ impl<'a> Progress<'a> {
     }
 }
 
-impl Progress<'_> {
+impl Progress {
     fn is_live(&mut self) -> bool {
         let quiet = self.quiet;
         *self.live.get_or_insert_with(|| {
@@ -54,17 +46,17 @@ impl Progress<'_> {
     }
 }
 
-impl WaitObserver for Progress<'_> {
-    fn waiting(&mut self, waited: Duration) {
+impl WaitObserver for Progress {
+    fn waiting(&mut self, waited: Duration, holder: &mut dyn FnMut() -> Option<String>) {
         if self.verbose && !self.announced {
             self.announced = true;
-            let held = held_by(self.lock)
+            let held = holder()
                 .map(|h| format!("held by {h}"))
                 .unwrap_or_else(|| "held by a process that left no holder record".to_owned());
             eprintln!("lockrun: waiting for {}, {held}", self.label);
         }
         if self.is_live() && waited >= Duration::from_secs(1) {
-            let holder = held_by(self.lock).unwrap_or_else(|| "another process".to_owned());
+            let holder = holder().unwrap_or_else(|| "another process".to_owned());
             let limit = self
                 .timeout
                 .map(|t| format!(" / {}", display::span(t)))

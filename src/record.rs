@@ -59,6 +59,9 @@ pub struct Record {
     /// cannot be checked against our /proc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_ns: Option<u64>,
+    /// `--max-time`, as given: when the command will be stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,12 +69,15 @@ pub struct Record {
 }
 
 /// How the command ended: `{"code":0}` or `{"signal":9}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
+    /// Set when lockrun stopped the command at `--max-time`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_time: Option<String>,
 }
 
 impl Exit {
@@ -81,6 +87,7 @@ impl Exit {
         Exit {
             code: status.code(),
             signal: status.signal(),
+            max_time: None,
         }
     }
 
@@ -89,6 +96,7 @@ impl Exit {
         Exit {
             code: Some(i32::from(code)),
             signal: None,
+            max_time: None,
         }
     }
 }

@@ -62,8 +62,13 @@ fn any_record() -> impl Strategy<Value = Record> {
                 acquired_at,
                 version: None,
                 pid_ns: None,
+                max_time: None,
                 released_at,
-                exit: (code.is_some() || signal.is_some()).then_some(Exit { code, signal }),
+                exit: (code.is_some() || signal.is_some()).then_some(Exit {
+                    code,
+                    signal,
+                    max_time: None,
+                }),
             },
         )
 }

@@ -16,8 +16,10 @@ mod other;
 #[cfg(not(target_os = "linux"))]
 pub use other::*;
 
+mod process;
 mod spawn;
-pub use spawn::{CommandLine, start_command};
+pub use process::{Target, wait_exited};
+pub use spawn::{CommandLine, die_with_parent, start_command};
 
 use crate::lock::LockMode;
 

@@ -29,6 +29,24 @@
 //! Elsewhere, a plain fork through std, as before.
 
 use std::ffi::{CString, OsStr, OsString, c_char};
+
+/// In the command's process before exec: die (SIGTERM) when lockrun dies,
+/// and at once if it already has. Only async-signal-safe system calls.
+pub fn die_with_parent(parent: rustix::process::Pid) {
+    #[cfg(target_os = "linux")]
+    {
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
+        // The parent may have died before the prctl: then nobody would send
+        // the signal, so check who our parent is now.
+        if rustix::process::getppid() != Some(parent) {
+            // SAFETY: _exit runs nothing of the parent's.
+            unsafe { libc::_exit(128 + libc::SIGTERM) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = parent;
+}
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 

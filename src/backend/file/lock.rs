@@ -170,6 +170,24 @@ impl LockFile {
         Ok(())
     }
 
+    /// A second descriptor on the same open file description, for a helper
+    /// thread's blocking wait: the lock it takes is this one's.
+    pub fn duplicate(&self) -> io::Result<LockFile> {
+        Ok(LockFile {
+            file: self.file.try_clone()?,
+            path: self.path.clone(),
+            is_dir: self.is_dir,
+            hard_links: self.hard_links,
+            dev: self.dev,
+            ino: self.ino,
+        })
+    }
+
+    /// The locked inode, as stat(2) of the descriptor names it.
+    pub fn identity(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+
     /// Lets go of the lock now rather than at exit (fd mode's `-u`).
     pub fn unlock(&self) -> io::Result<()> {
         self.file.unlock()

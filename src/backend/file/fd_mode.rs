@@ -5,14 +5,14 @@
 //! The lock belongs to the open file description, which the shell's fd 9
 //! shares with ours, so it outlives lockrun until the subshell closes fd 9.
 
+use super::FileBackend;
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::lock::{LockFile, LockMode};
-use crate::wait::{self, NotAcquired, WaitObserver, WaitPolicy};
+use crate::run::wait::{self, NotAcquired, Silent, WaitPolicy};
 use std::fs::File;
 use std::os::fd::{BorrowedFd, FromRawFd};
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct FdOptions {
@@ -23,15 +23,6 @@ pub struct FdOptions {
     pub conflict_status: u8,
     pub quiet: bool,
     pub verbose: bool,
-}
-
-struct Silent;
-impl WaitObserver for Silent {
-    fn waiting(&mut self, _: Duration) {}
-    fn done(&mut self) {}
-    fn needs_ticks(&mut self) -> bool {
-        false
-    }
 }
 
 pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
@@ -56,7 +47,8 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
         })?;
         return Ok(0);
     }
-    match wait::acquire(&lock, opts.mode, opts.wait, &mut Silent) {
+    let mut backend = FileBackend::lent(lock, opts.mode, label.clone());
+    match wait::acquire(&mut backend, opts.wait, &mut Silent) {
         Ok(waited) => {
             if opts.verbose {
                 eprintln!(
@@ -69,15 +61,12 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
         }
         Err(NotAcquired::Busy { waited }) => {
             if !opts.quiet {
-                let holder = crate::progress::conflict_holder(&lock, &label);
+                let holder = crate::progress::conflict_holder(backend.lock(), &label);
                 eprintln!("lockrun: {}", display::busy(&label, &holder, waited));
             }
             Ok(opts.conflict_status)
         }
         Err(NotAcquired::Interrupted(sig)) => Ok(exit_codes::for_signal(sig)),
-        Err(NotAcquired::Failed(e)) => Err(Failure::new(
-            exit_codes::OS_ERROR,
-            format!("cannot lock {label}: {e}"),
-        )),
+        Err(NotAcquired::Failed(failure)) => Err(failure),
     }
 }

@@ -21,7 +21,7 @@ pub mod http;
 #[cfg(feature = "etcd")]
 pub mod inspect;
 #[cfg(feature = "etcd")]
-pub mod run;
+pub mod lock;
 #[cfg(feature = "etcd")]
 pub mod session;
 
@@ -50,12 +50,13 @@ pub struct RunOptions {
     pub write_record: bool,
     pub ttl: Duration,
     pub kill_grace: Duration,
+    pub max_time: Option<Duration>,
 }
 
 /// The run form on a lock URL.
 pub fn take_and_run(opts: &RunOptions) -> Result<Ending, Failure> {
     #[cfg(feature = "etcd")]
-    return run::run(opts);
+    return lock::run(opts);
     #[cfg(not(feature = "etcd"))]
     {
         let _ = opts;

@@ -1,0 +1,86 @@
+//! The seam between the one run flow (`crate::run`) and where a lock lives.
+//!
+//! A backend says what it can do ([`Capabilities`]), how to contend for its
+//! lock ([`crate::run::wait::Contender`]), and what holding it means for the
+//! command ([`Held`]): the variables it gets, where its record is kept, and
+//! how the lock is let go. Everything else (preparing the record, waiting,
+//! the status line, signals, starting and reaping the command, max-time)
+//! is the run flow's, written once. Dispatch is static: the run flow is
+//! generic over the backend, so the file path compiles to what it was.
+
+pub mod etcd;
+pub mod file;
+
+use crate::exit_codes::Failure;
+use crate::record::Record;
+use crate::run::wait::Contender;
+use std::ffi::OsString;
+use std::os::fd::BorrowedFd;
+
+/// What a backend supports; the run flow refuses the rest with a usage
+/// error naming the option, rather than silently ignoring it.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// What the lock is called in messages: "etcd:// locks".
+    pub kind: &'static str,
+    pub shared: bool,
+    /// `-F`: the lock survives lockrun becoming the command.
+    pub exec_in_place: bool,
+    pub poll: bool,
+    /// `--ttl`, `--kill-grace` without `--max-time`: a lease to keep alive.
+    pub lease: bool,
+}
+
+/// A backend, before the lock is taken: contends through the one waiter,
+/// then either gives up or becomes [`Held`].
+pub trait Backend: Contender {
+    type Held: Held;
+    const CAPS: Capabilities;
+
+    /// The conflict message's words for whoever holds the lock.
+    fn conflict_holder(&mut self) -> String;
+    /// Exit status when taking the lock failed for a reason other than a
+    /// holder (71 a file's OS error, 69 an unreachable service).
+    fn failure_status(&self) -> u8;
+    /// Not acquired: let go of whatever contending took (a lease).
+    fn give_up(self);
+    /// The lock is ours. `record` is the run's record, if one is kept.
+    fn acquired(self, record: Option<&Record>, verbose: bool) -> Result<Self::Held, Failure>;
+}
+
+/// A lock held for the command.
+pub trait Held {
+    /// What the command's environment gains beyond `LOCKRUN_LOCKFILE` and
+    /// `LOCKRUN_MODE` (a fencing token).
+    fn env(&self) -> Vec<(&'static str, OsString)> {
+        Vec::new()
+    }
+    /// Whether the command must die with lockrun: a lease nobody renews
+    /// passes the lock to someone else, so the command may not go on.
+    fn dies_with_lockrun(&self) -> bool {
+        false
+    }
+    /// Where the command's own process writes the record before it execs,
+    /// when the record lives in the lock file.
+    fn child_record_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+    /// Stores the record: once the command runs (`released` false), and at
+    /// the end. Backends whose record is written by the command's process
+    /// ignore the first.
+    fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String>;
+    /// The command runs as `pid`: watch the lock on its behalf (a lease),
+    /// stopping it through `stop` if the lock is lost.
+    fn command_started(&mut self, _pid: i32) {}
+    /// The command is a zombie: its pid must not be signalled any more.
+    fn command_exited(&mut self) {}
+    /// Finds the processes, besides the command, that hold the lock through
+    /// the descriptor lockrun handed down (children that inherited it), for
+    /// `--max-time` to stop them too.
+    fn inheritors(&self) -> Option<crate::run::supervise::Inheritors> {
+        None
+    }
+    /// Lets go of the lock. `Err`: it was lost while the command ran (the
+    /// command was stopped), with the reason.
+    fn release(self) -> Result<(), String>;
+}

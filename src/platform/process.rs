@@ -1,0 +1,104 @@
+//! Signalling processes that are not our children without racing pid
+//! reuse: on Linux through pidfds, elsewhere by pid.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+/// A process we may have to signal: pinned by a pidfd where there is one.
+pub struct Target {
+    pub pid: i32,
+    #[cfg(target_os = "linux")]
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Target {
+    /// Pins `pid`. Between learning a pid and pinning it, the process may
+    /// have exited and the pid been reused: callers re-check what they
+    /// learnt the pid from after pinning it.
+    pub fn pin(pid: i32) -> Option<Target> {
+        let raw = rustix::process::Pid::from_raw(pid)?;
+        #[cfg(target_os = "linux")]
+        {
+            let fd = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()).ok();
+            // Without pidfds (old kernels) fall back to the pid.
+            Some(Target { pid, fd })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = raw;
+            Some(Target { pid })
+        }
+    }
+
+    pub fn signal(&self, sig: i32) -> io::Result<()> {
+        let Some(signal) = rustix::process::Signal::from_named_raw(sig) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = &self.fd {
+            return rustix::process::pidfd_send_signal(fd, signal).map_err(Into::into);
+        }
+        let pid = rustix::process::Pid::from_raw(self.pid)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        rustix::process::kill_process(pid, signal).map_err(Into::into)
+    }
+
+    /// Whether it has exited (a zombie counts as exited).
+    pub fn exited(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = &self.fd {
+            use rustix::event::{PollFd, PollFlags, Timespec, poll};
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let zero = Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            return poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0);
+        }
+        !matches!(
+            super::process_state(self.pid),
+            super::ProcessState::Running { .. } | super::ProcessState::Unknown
+        )
+    }
+}
+
+/// Waits until every target has exited or `until` passes; returns those
+/// still alive. Sleeps in poll(2) on the pidfds, waking when one exits.
+pub fn wait_exited(targets: Vec<Target>, until: Instant) -> Vec<Target> {
+    let mut alive: Vec<Target> = targets.into_iter().filter(|t| !t.exited()).collect();
+    while !alive.is_empty() {
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        wait_any(&alive, until - now);
+        alive.retain(|t| !t.exited());
+    }
+    alive
+}
+
+#[cfg(target_os = "linux")]
+fn wait_any(targets: &[Target], timeout: Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds: Vec<PollFd<'_>> = targets
+        .iter()
+        .filter_map(|t| t.fd.as_ref())
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    // Targets without a pidfd can only be looked at again: every 50 ms.
+    let step = if fds.len() < targets.len() {
+        timeout.min(Duration::from_millis(50))
+    } else {
+        timeout
+    };
+    let step = Timespec::try_from(step).unwrap_or(Timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    });
+    let _ = poll(&mut fds, Some(&step));
+}
+
+#[cfg(not(target_os = "linux"))]
+fn wait_any(_targets: &[Target], timeout: Duration) {
+    std::thread::sleep(timeout.min(Duration::from_millis(50)));
+}

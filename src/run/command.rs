@@ -1,0 +1,82 @@
+//! Starting the command and reaping it: the same for every backend.
+
+use crate::display;
+use crate::exit_codes::{self, Failure};
+use crate::run::signals;
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+/// How lockrun should end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Status(u8),
+    /// The command died by this signal: lockrun re-raises it, after the lock
+    /// has been released.
+    Signal(i32),
+}
+
+impl Ending {
+    /// Ends lockrun as the command ended.
+    pub fn of(status: ExitStatus) -> Ending {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Ending::Status(code as u8),
+            (None, Some(sig)) => Ending::Signal(sig),
+            (None, None) => Ending::Status(exit_codes::OS_ERROR),
+        }
+    }
+}
+
+/// Waits for the command and reaps it. In between, while the command is a
+/// zombie, its pid cannot be reused: signal forwarding is switched off
+/// then, before the pid is freed, and `while_zombie` can still read
+/// /proc/PID (its start time, say) or stop watching it.
+pub fn wait_for_command<T>(
+    pid: i32,
+    while_zombie: impl FnOnce(i32) -> T,
+) -> Result<(ExitStatus, T), Failure> {
+    use rustix::process::{Pid, WaitId, WaitIdOptions, WaitOptions, waitid, waitpid};
+    let Some(raw) = Pid::from_raw(pid) else {
+        return Err(Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot wait for the command: bad pid {pid}"),
+        ));
+    };
+    let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+    while let Err(rustix::io::Errno::INTR) = waitid(WaitId::Pid(raw), exited) {}
+    signals::command_exited();
+    let seen = while_zombie(pid);
+    let status = loop {
+        match waitpid(Some(raw), WaitOptions::empty()) {
+            Ok(Some((_, status))) => break status,
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok(None) => {
+                return Err(Failure::new(
+                    exit_codes::OS_ERROR,
+                    "cannot wait for the command: it is gone".to_owned(),
+                ));
+            }
+            Err(e) => {
+                return Err(Failure::new(
+                    exit_codes::OS_ERROR,
+                    format!("cannot wait for the command: {}", io::Error::from(e)),
+                ));
+            }
+        }
+    };
+    Ok((ExitStatus::from_raw(status.as_raw()), seen))
+}
+
+/// Says why the command could not be started; returns the shell's status
+/// for it: 127 not found, 126 anything else.
+pub fn report_spawn_failure(program: &OsStr, e: &io::Error) -> u8 {
+    let program = display::escape(&program.to_string_lossy());
+    if e.kind() == io::ErrorKind::NotFound {
+        eprintln!("lockrun: {program}: command not found");
+        exit_codes::NOT_FOUND
+    } else {
+        eprintln!("lockrun: {program}: cannot execute: {e}");
+        exit_codes::CANNOT_EXECUTE
+    }
+}

@@ -1,0 +1,391 @@
+//! Running the command under the lock: the one run flow every backend
+//! plugs into (`crate::backend`).
+//!
+//! Order matters and is the guarantee: prepare, take the lock, record,
+//! start the command, supervise it, complete the record, release. For a
+//! file the command inherits the lock descriptor (unless `--close`), so if
+//! lockrun itself is killed, even with SIGKILL, the lock lives on in the
+//! command until it exits: a second instance of a job can never start
+//! beside a running one.
+
+pub mod command;
+pub mod signals;
+pub mod supervise;
+pub mod wait;
+
+pub use command::{Ending, report_spawn_failure, wait_for_command};
+
+use crate::backend::{Backend, Held};
+use crate::display;
+use crate::exit_codes::{self, Failure};
+use crate::identity::Me;
+use crate::lock::LockMode;
+use crate::platform::{self, CommandLine};
+use crate::progress::Progress;
+use crate::record::{self, ChildRecord, Exit, Record};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use supervise::{Stopped, Supervisor};
+use wait::{NotAcquired, WaitPolicy};
+
+/// The run form on a lock file, as the command line gives it.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub path: PathBuf,
+    pub mode: LockMode,
+    pub wait: WaitPolicy,
+    pub conflict_status: u8,
+    /// `-o`: the command does not inherit the lock.
+    pub close_before_exec: bool,
+    /// `-F`: become the command instead of waiting for it.
+    pub exec_in_place: bool,
+    pub command: Vec<OsString>,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub write_record: bool,
+    /// `--max-time`: stop everything holding the lock after this long.
+    pub max_time: Option<Duration>,
+    /// After `--max-time` (or a lost lease), SIGKILL this long after SIGTERM.
+    pub kill_grace: Duration,
+}
+
+/// What the run flow needs of any run form, whatever the backend.
+pub struct Flow<'a> {
+    /// The lock's name in messages, escaped for the terminal.
+    pub label: String,
+    /// `LOCKRUN_LOCKFILE` for the command: an absolute path, or the URL.
+    pub lockfile: OsString,
+    pub mode: LockMode,
+    pub wait: WaitPolicy,
+    pub conflict_status: u8,
+    pub exec_in_place: bool,
+    pub command: &'a [OsString],
+    pub quiet: bool,
+    pub verbose: bool,
+    pub write_record: bool,
+    pub max_time: Option<Duration>,
+    pub kill_grace: Duration,
+}
+
+/// The run form on a lock file.
+pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
+    let cwd = std::env::current_dir().ok();
+    let lockfile = match &cwd {
+        Some(cwd) if opts.path.is_relative() => cwd.join(&opts.path),
+        _ => opts.path.clone(),
+    };
+    let backend = crate::backend::file::FileBackend::open(opts)?;
+    run_with(
+        backend,
+        &Flow {
+            label: display::escape(&opts.path.to_string_lossy()),
+            lockfile: lockfile.into_os_string(),
+            mode: opts.mode,
+            wait: opts.wait,
+            conflict_status: opts.conflict_status,
+            exec_in_place: opts.exec_in_place,
+            command: &opts.command,
+            quiet: opts.quiet,
+            verbose: opts.verbose,
+            write_record: opts.write_record,
+            max_time: opts.max_time,
+            kill_grace: opts.kill_grace,
+        },
+    )
+}
+
+/// The run flow, for any backend.
+pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failure> {
+    // Signals must be caught before the command exists, or a SIGTERM in
+    // between would kill lockrun and never reach the command. With -F
+    // there is nothing to forward to (the command will be us): handlers
+    // are only needed if we have to wait, and `wait::acquire` installs
+    // them then, so an uncontended -F run makes no sigaction call.
+    if !flow.exec_in_place {
+        signals::install_for_command()?;
+    }
+
+    // Everything that does not need the lock is prepared before taking it,
+    // so that a waiter that gets the lock starts its command at once.
+    let mut recording = Recording::prepare(flow);
+    let env = [
+        ("LOCKRUN_LOCKFILE", flow.lockfile.as_os_str()),
+        ("LOCKRUN_MODE", OsStr::new(flow.mode.as_str())),
+    ];
+    let mut command = command_line(flow.command, &env, &[])?;
+
+    let mut progress = Progress::new(
+        flow.label.clone(),
+        flow.verbose,
+        flow.quiet,
+        flow.wait.timeout,
+    );
+    let waited = match wait::acquire(&mut backend, flow.wait, &mut progress) {
+        Ok(waited) => waited,
+        Err(not) => return not_acquired(backend, not, flow),
+    };
+    let mut held = backend.acquired(recording.as_ref().map(|r| &r.record), flow.verbose)?;
+    if flow.verbose {
+        eprintln!(
+            "lockrun: took the {} lock on {} after {}",
+            flow.mode.as_str(),
+            flow.label,
+            display::span(waited)
+        );
+    }
+    let extra = held.env();
+    if !extra.is_empty() {
+        command = command_line(flow.command, &env, &extra)?;
+    }
+    if let Some(recording) = &mut recording {
+        recording.acquired(&held);
+    }
+
+    if flow.exec_in_place {
+        return Ok(exec_in_place(command, recording, held));
+    }
+
+    let child_record = recording.as_ref().and_then(Recording::for_child);
+    let record_fd = held.child_record_fd().map(|fd| fd.as_raw_fd());
+    let dies_with_us = held.dies_with_lockrun().then(rustix::process::getpid);
+    let told_by_child = child_record.clone();
+    // SAFETY: the closure makes raw system calls on buffers prepared
+    // above (ChildRecord::write_from_child). The descriptor stays open
+    // until the command has exec'd (close-on-exec closes it only in the
+    // command): `held` outlives the start.
+    let started = unsafe {
+        platform::start_command(&command, signals::handled(), move || {
+            if let (Some(child), Some(fd)) = (&child_record, record_fd) {
+                signals::tolerating_file_size_limit(|| {
+                    child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd));
+                });
+            }
+            if let Some(lockrun) = dies_with_us {
+                platform::die_with_parent(lockrun);
+            }
+        })
+    };
+    let pid = match started {
+        Ok(pid) => pid,
+        Err(e) => {
+            let status = report_spawn_failure(command.program(), &e);
+            if let Some(recording) = recording {
+                recording.finish(&mut held, None, Exit::code(status));
+            }
+            let _ = held.release();
+            return Ok(Ending::Status(status));
+        }
+    };
+    signals::command_started(pid);
+    held.command_started(pid);
+    if let Some(recording) = &mut recording {
+        recording.started(&mut held, pid);
+    }
+    let supervisor = flow
+        .max_time
+        .map(|limit| Supervisor::start(pid, limit, flow.kill_grace, &held));
+
+    let (status, start) = wait_for_command(pid, |pid| {
+        held.command_exited();
+        let told = told_by_child.as_ref()?;
+        told.start_seen()
+            .or_else(|| platform::process_start_time(pid))
+    })?;
+    // After a stop, whatever still holds the lock through us is stopped
+    // too before the lock is let go of.
+    let stopped = supervisor.and_then(Supervisor::finish);
+    let mut exit = Exit::of(status);
+    if let Some(stopped) = &stopped {
+        exit = stopped.exit();
+    }
+    if let Some(recording) = recording {
+        recording.finish(&mut held, Some((pid, start)), exit);
+    }
+    if let Err(reason) = held.release() {
+        eprintln!(
+            "lockrun: lost the lock {} while the command ran: {reason}; the command (pid {pid}) was sent SIGTERM (and SIGKILL if it still ran {} later)",
+            flow.label,
+            display::span(flow.kill_grace)
+        );
+        return Ok(Ending::Status(exit_codes::LOCK_LOST));
+    }
+    if let Some(stopped) = stopped {
+        eprintln!("lockrun: {}: {}", flow.label, stopped.describe());
+        return Ok(Ending::Status(exit_codes::MAX_TIME));
+    }
+    Ok(Ending::of(status))
+}
+
+fn command_line(
+    args: &[OsString],
+    env: &[(&str, &OsStr)],
+    extra: &[(&'static str, OsString)],
+) -> Result<CommandLine, Failure> {
+    let mut all = env.to_vec();
+    all.extend(extra.iter().map(|(k, v)| (*k, v.as_os_str())));
+    CommandLine::new(args, &all)
+        .map_err(|e| Failure::new(exit_codes::USAGE, format!("cannot run {:?}: {e}", args)))
+}
+
+fn not_acquired<B: Backend>(
+    mut backend: B,
+    not: NotAcquired,
+    flow: &Flow,
+) -> Result<Ending, Failure> {
+    let ending = match not {
+        NotAcquired::Busy { waited } => {
+            if !flow.quiet {
+                let holder = backend.conflict_holder();
+                eprintln!("lockrun: {}", display::busy(&flow.label, &holder, waited));
+            }
+            Ok(Ending::Status(flow.conflict_status))
+        }
+        NotAcquired::Interrupted(sig) => Ok(Ending::Status(exit_codes::for_signal(sig))),
+        NotAcquired::Failed(mut failure) => {
+            failure.status = backend.failure_status();
+            Err(failure)
+        }
+    };
+    backend.give_up();
+    ending
+}
+
+/// `-F`: the record names our own pid, which the command keeps across exec;
+/// there is nobody left to write a release, so the record has none.
+fn exec_in_place<H: Held>(
+    command: CommandLine,
+    recording: Option<Recording>,
+    mut held: H,
+) -> Ending {
+    // A signal caught since the lock was taken has nobody to be forwarded
+    // to once we exec (the handlers are reset): honour it now, before
+    // anything is written or started.
+    if let Some(sig) = signals::pending() {
+        return Ending::Status(exit_codes::for_signal(sig));
+    }
+    let recording = recording.map(|mut recording| {
+        recording.record.pid = Some(i64::from(std::process::id()));
+        recording.record.pid_start = platform::own_start_time_without_allocating();
+        recording.store(&mut held, false);
+        recording
+    });
+    let error = command.exec();
+    let status = report_spawn_failure(command.program(), &error);
+    if let Some(recording) = recording {
+        recording.finish(&mut held, None, Exit::code(status));
+    }
+    Ending::Status(status)
+}
+
+/// The holder record through a run's life: prepared before the wait,
+/// stamped when the lock is taken, completed by the command's process (or
+/// stored once it runs), and closed with how the command ended.
+struct Recording {
+    record: Record,
+    /// Serialised before the wait, with slots for what only the command's
+    /// process knows; shared with that process's pre-exec hook.
+    child: Option<Arc<ChildRecord>>,
+    label: String,
+    /// A write failed and the user was told: do not write again.
+    failed: bool,
+}
+
+impl Recording {
+    fn prepare(flow: &Flow) -> Option<Recording> {
+        if !flow.write_record || flow.mode != LockMode::Exclusive {
+            if flow.verbose && flow.write_record {
+                eprintln!(
+                    "lockrun: no holder record for {}: {}",
+                    flow.label,
+                    record::NoRecord::Shared.explain()
+                );
+            }
+            return None;
+        }
+        let cwd = std::env::current_dir().ok();
+        let mut record = Record::starting(Me::gather(), flow.command, cwd.as_deref(), flow.mode);
+        if let Some(limit) = flow.max_time {
+            record.max_time = Some(display::span(limit));
+        }
+        let child = (!flow.exec_in_place).then(|| {
+            record.acquired_at = Some(record::ACQUIRED_AT_SLOT.to_owned());
+            Arc::new(ChildRecord::new(&record, &flow.label))
+        });
+        Some(Recording {
+            record,
+            child,
+            label: flow.label.clone(),
+            failed: false,
+        })
+    }
+
+    fn acquired(&mut self, held: &impl Held) {
+        let now = display::now_rfc3339();
+        if held.child_record_fd().is_none() {
+            // The record is stored by lockrun, not by the command's process.
+            self.child = None;
+        }
+        if let Some(child) = &mut self.child {
+            let stamped = Arc::get_mut(child).is_some_and(|c| c.stamp_acquired_at(&now));
+            self.record.acquired_at = Some(now);
+            if !stamped {
+                *child = Arc::new(ChildRecord::new(&self.record, &self.label));
+            }
+        } else {
+            self.record.acquired_at = Some(now);
+        }
+    }
+
+    fn for_child(&self) -> Option<Arc<ChildRecord>> {
+        self.child.clone()
+    }
+
+    /// The command runs as `pid`: a record kept by lockrun gets it now.
+    fn started(&mut self, held: &mut impl Held, pid: i32) {
+        if self.child.is_some() {
+            return;
+        }
+        self.record.pid = Some(i64::from(pid));
+        self.record.pid_start = platform::process_start_time(pid);
+        self.store(held, false);
+    }
+
+    fn store(&mut self, held: &mut impl Held, released: bool) {
+        if self.failed {
+            return;
+        }
+        if let Err(e) = held.store_record(&self.record, released) {
+            self.failed = true;
+            if !e.is_empty() {
+                eprintln!(
+                    "lockrun: could not write the holder record to {}: {e} (the lock itself is unaffected)",
+                    self.label
+                );
+            }
+        }
+    }
+
+    /// Adds the release to the record: who ran, when it ended, how.
+    fn finish(mut self, held: &mut impl Held, child: Option<(i32, Option<u64>)>, exit: Exit) {
+        if let Some((pid, start)) = child {
+            self.record.pid = Some(i64::from(pid));
+            self.record.pid_start = start;
+        }
+        self.record.released_at = Some(display::now_rfc3339());
+        self.record.exit = Some(exit);
+        self.store(held, true);
+    }
+}
+
+impl Stopped {
+    fn exit(&self) -> Exit {
+        Exit {
+            code: None,
+            signal: Some(self.last_signal),
+            max_time: Some(display::span(self.limit)),
+        }
+    }
+}

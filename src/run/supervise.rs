@@ -1,0 +1,193 @@
+//! `--max-time`: once the command has run that long, stop it and every
+//! process that holds the lock through the descriptor lockrun handed down:
+//! SIGTERM, then SIGKILL to whatever still lives after the grace. Nothing
+//! that holds the lock survives, and nothing else is touched: a daemon that
+//! closed the descriptor is left alone.
+//!
+//! One thread sleeping on one timer; it exists only with `--max-time`, so
+//! a run without a limit pays nothing.
+
+use crate::display;
+use crate::platform::{self, Target};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Finds the processes, besides the command, holding the lock through us.
+pub type Inheritors = Box<dyn Fn() -> Vec<i32> + Send>;
+
+/// What a stop did, for the message and the record.
+#[derive(Debug, Clone)]
+pub struct Stopped {
+    pub limit: Duration,
+    pub grace: Duration,
+    /// Every process signalled, with the last signal it got.
+    pub stopped: Vec<(i32, i32)>,
+    /// SIGKILL if anything needed it, else SIGTERM.
+    pub last_signal: i32,
+}
+
+impl Stopped {
+    pub fn describe(&self) -> String {
+        let list = |sig: i32| {
+            self.stopped
+                .iter()
+                .filter(|(_, s)| *s == sig)
+                .map(|(pid, _)| pid.to_string())
+                .collect::<Vec<_>>()
+        };
+        let (term, kill) = (list(libc::SIGTERM), list(libc::SIGKILL));
+        let mut text = format!(
+            "the command ran for --max-time {}: stopped",
+            display::span(self.limit)
+        );
+        if !term.is_empty() {
+            text += &format!(" pid {} with SIGTERM", term.join(", "));
+        }
+        if !kill.is_empty() {
+            if !term.is_empty() {
+                text += " and";
+            }
+            text += &format!(
+                " pid {} with SIGKILL ({} after SIGTERM)",
+                kill.join(", "),
+                display::span(self.grace)
+            );
+        }
+        text
+    }
+}
+
+#[derive(Default)]
+struct State {
+    finished: bool,
+    stopped: Option<Stopped>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Supervisor {
+    /// Starts the clock for the command `pid`, started just now.
+    pub fn start(
+        pid: i32,
+        limit: Duration,
+        grace: Duration,
+        held: &impl crate::backend::Held,
+    ) -> Supervisor {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+        });
+        // Pinned now, while the command is surely not yet reaped.
+        let command = Target::pin(pid);
+        let inheritors = held.inheritors();
+        let inner = Arc::clone(&shared);
+        let deadline = Instant::now().checked_add(limit);
+        let thread = crate::run::signals::spawn_helper("max-time", move || {
+            watch(&inner, deadline, limit, grace, command, inheritors);
+        })
+        .ok();
+        Supervisor { shared, thread }
+    }
+
+    /// The command has exited: stop the clock, or let a stop under way end
+    /// (everything holding the lock gone), and say what it did.
+    pub fn finish(mut self) -> Option<Stopped> {
+        self.shared.lock().finished = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.shared.lock().stopped.take()
+    }
+}
+
+fn watch(
+    shared: &Shared,
+    deadline: Option<Instant>,
+    limit: Duration,
+    grace: Duration,
+    command: Option<Target>,
+    inheritors: Option<Inheritors>,
+) {
+    {
+        let mut state = shared.lock();
+        loop {
+            if state.finished {
+                return;
+            }
+            let Some(deadline) = deadline else {
+                // A limit past what a clock can count: wait for the end.
+                state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            state = match shared.wake.wait_timeout(state, deadline - now) {
+                Ok((guard, _)) => guard,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+    let find = || -> Vec<Target> {
+        let mut found: Vec<Target> = Vec::new();
+        if let Some(inheritors) = &inheritors {
+            for pid in inheritors() {
+                if let Some(target) = Target::pin(pid) {
+                    found.push(target);
+                }
+            }
+        }
+        found
+    };
+    let mut stopped = Vec::new();
+    let mut targets: Vec<Target> = command.into_iter().chain(find()).collect();
+    for target in &targets {
+        if target.signal(libc::SIGTERM).is_ok() {
+            stopped.push((target.pid, libc::SIGTERM));
+        }
+    }
+    let until = Instant::now() + grace;
+    targets = platform::wait_exited(targets, until);
+    // Whatever lives on, and whatever took the descriptor since (a child
+    // forked during the grace), gets SIGKILL.
+    for extra in find() {
+        if !targets.iter().any(|t| t.pid == extra.pid) {
+            targets.push(extra);
+        }
+    }
+    let mut last_signal = libc::SIGTERM;
+    for target in &targets {
+        if target.signal(libc::SIGKILL).is_ok() {
+            last_signal = libc::SIGKILL;
+            match stopped.iter_mut().find(|(pid, _)| *pid == target.pid) {
+                Some(entry) => entry.1 = libc::SIGKILL,
+                None => stopped.push((target.pid, libc::SIGKILL)),
+            }
+        }
+    }
+    // SIGKILL cannot be refused; wait (bounded) for the lock to be let go.
+    platform::wait_exited(targets, Instant::now() + Duration::from_secs(5));
+    shared.lock().stopped = Some(Stopped {
+        limit,
+        grace,
+        stopped,
+        last_signal,
+    });
+}
