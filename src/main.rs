@@ -18,6 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+    standard_streams_open();
     let args: Vec<OsString> = (0..usize::try_from(argc).unwrap_or(0))
         // SAFETY: the C runtime passes argc valid, NUL-terminated strings.
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
@@ -33,6 +34,21 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     };
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(status));
+}
+
+/// Started with fd 0, 1 or 2 closed (a daemon, `cmd <&- >&- 2>&-`), the
+/// first descriptor lockrun creates would become "stderr": a message would
+/// land in its wake pipe or its lock file. So the three are opened on
+/// /dev/null first, as a shell would leave them.
+fn standard_streams_open() {
+    for fd in 0..3 {
+        // SAFETY: only asks whether the descriptor is open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            // SAFETY: open returns the lowest free descriptor, which is
+            // this one; it is meant to stay open for good.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
 }
 
 fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {

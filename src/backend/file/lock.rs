@@ -183,6 +183,17 @@ impl LockFile {
         })
     }
 
+    /// Whether `path` still names the inode we hold open, with a link left.
+    pub fn is_at(&self, path: &Path) -> bool {
+        let Ok(ours) = self.file.metadata() else {
+            return false;
+        };
+        let Ok(there) = std::fs::symlink_metadata(path) else {
+            return false;
+        };
+        ours.nlink() > 0 && there.dev() == ours.dev() && there.ino() == ours.ino()
+    }
+
     /// The locked inode, as stat(2) of the descriptor names it.
     pub fn identity(&self) -> (u64, u64) {
         (self.dev, self.ino)

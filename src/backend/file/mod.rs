@@ -20,6 +20,10 @@ pub struct FileBackend {
     label: String,
     /// `-o`: whether the command inherits the descriptor.
     inherit: bool,
+    /// The path the lock was opened by, to open it again if the file is
+    /// replaced while we wait; `None` for a lent descriptor.
+    path: Option<std::path::PathBuf>,
+    verbose: bool,
 }
 
 impl FileBackend {
@@ -29,6 +33,8 @@ impl FileBackend {
             mode: opts.mode,
             label: crate::display::escape(&opts.path.to_string_lossy()),
             inherit: !opts.close_before_exec,
+            path: Some(opts.path.clone()),
+            verbose: opts.verbose,
         })
     }
 
@@ -39,6 +45,8 @@ impl FileBackend {
             mode,
             label,
             inherit: true,
+            path: None,
+            verbose: false,
         }
     }
 
@@ -81,6 +89,26 @@ impl Contender for FileBackend {
 
     fn undo(&mut self) {
         let _ = self.lock.unlock();
+    }
+
+    /// The classic lock-file loop: a lock taken on an inode that is no
+    /// longer at the path (replaced or deleted while we waited) excludes
+    /// nobody who opens the path now, so let it go and open the path again.
+    fn confirm(&mut self) -> Result<bool, Failure> {
+        let Some(path) = &self.path else {
+            return Ok(true);
+        };
+        if self.lock.is_at(path) {
+            return Ok(true);
+        }
+        if self.verbose {
+            eprintln!(
+                "lockrun: {} was replaced or deleted while lockrun waited; locking the file now at that path",
+                self.label
+            );
+        }
+        self.lock = LockFile::open(path, self.inherit)?;
+        Ok(false)
     }
 
     fn holder(&mut self) -> Option<String> {
@@ -167,11 +195,11 @@ impl Held for FileHeld {
         }
         let (dev, ino) = self.lock.identity();
         let me = std::process::id() as i32;
-        Some(Box::new(move || {
+        Some(Box::new(move |command| {
             crate::platform::fd_holders(dev, ino)
                 .0
                 .into_iter()
-                .filter(|h| h.caller == me && h.pid != me)
+                .filter(|h| h.caller == me && h.pid != me && h.pid != command)
                 .map(|h| h.pid)
                 .collect()
         }))
