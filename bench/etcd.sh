@@ -7,7 +7,7 @@
 #   bench/etcd.sh [--runs N]
 #
 #   LOCKRUN=path    lockrun binary with lock URLs (default: built here with
-#                   `cargo build --release --features etcd` into
+#                   `cargo build-static --features etcd` into
 #                   target/etcd/<host tuple>/release/)
 #   HANDOFFS=N      handoff repetitions per tool (default 25)
 #
@@ -29,9 +29,9 @@ for t in hyperfine etcd etcdctl; do
 done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -z "${LOCKRUN:-}" ]; then
-  # Ask cargo where it put the binary (target/etcd/<host tuple>/release
-  # with .cargo/config.toml).
-  LOCKRUN=$(cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/etcd cargo build --release --locked --quiet --features etcd \
+  # Ask cargo where it put the binary (target/etcd/<host tuple>/release:
+  # the static build, as install.sh builds it).
+  LOCKRUN=$(cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/etcd cargo build-static --quiet --features etcd \
     --bin lockrun --message-format=json-render-diagnostics \
     | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "build failed"
   [ -n "$LOCKRUN" ] || die "cargo build named no lockrun binary"
