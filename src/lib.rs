@@ -16,6 +16,7 @@ pub mod fd_mode;
 pub mod identity;
 pub mod inspect;
 pub mod lock;
+pub mod persona;
 pub mod platform;
 pub mod progress;
 pub mod record;

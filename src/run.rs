@@ -9,7 +9,8 @@
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
-use crate::lock::{LockFile, LockMode};
+use crate::lock::{LockFile, LockMode, LockSpec};
+use crate::persona;
 use crate::platform::{self, CommandLine};
 use crate::progress::{self, Progress};
 use crate::record::{self, ChildRecord, Exit, Record};
@@ -28,6 +29,8 @@ use std::sync::Arc;
 pub struct RunOptions {
     pub path: PathBuf,
     pub mode: LockMode,
+    /// Which lock (flock or OFD, byte range) and on what (path or `--fd`).
+    pub lock: LockSpec,
     pub wait: WaitPolicy,
     pub conflict_status: u8,
     /// `-o`: the command does not inherit the lock.
@@ -50,7 +53,7 @@ pub enum Ending {
 }
 
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
-    let lock = LockFile::open(&opts.path, !opts.close_before_exec)?;
+    let lock = LockFile::open_for(&opts.path, opts.lock, opts.mode, !opts.close_before_exec)?;
     let label = display::escape(&opts.path.to_string_lossy());
 
     // Signals must be caught before the command exists, or a SIGTERM in
@@ -95,20 +98,22 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let mut progress = Progress::new(
         &lock,
         label.clone(),
-        opts.verbose,
+        opts.verbose && !persona::is_flock(),
         opts.quiet,
         opts.wait.timeout,
     );
     let waited = match wait::acquire(&lock, opts.mode, opts.wait, &mut progress) {
         Ok(acquired) => acquired,
-        Err(not) => return not_acquired(not, &lock, &label, opts.quiet, opts.conflict_status),
+        Err(not) => {
+            if let NotAcquired::Busy { waited } = not {
+                persona::say_not_acquired(opts.verbose, waited);
+            }
+            return not_acquired(not, &lock, &label, opts.quiet, opts.conflict_status);
+        }
     };
     if opts.verbose {
-        eprintln!(
-            "lockrun: took the {} lock on {label} after {}",
-            opts.mode.as_str(),
-            display::span(waited)
-        );
+        persona::say_acquired(opts.mode, &label, waited);
+        persona::say_executing(command.program());
     }
 
     let no_record = |reason: record::NoRecord| {
@@ -208,7 +213,7 @@ fn not_acquired(
         }
         NotAcquired::Interrupted(sig) => Ok(Ending::Status(exit_codes::for_signal(sig))),
         NotAcquired::Failed(e) => Err(Failure::io(
-            exit_codes::OS_ERROR,
+            persona::lock_failed(exit_codes::OS_ERROR),
             "cannot lock",
             lock.path(),
             &e,
@@ -336,10 +341,10 @@ fn warn_record_failed(label: &str, e: &io::Error) {
 pub(crate) fn report_spawn_failure(program: &OsStr, e: &io::Error) -> u8 {
     let program = display::escape(&program.to_string_lossy());
     if e.kind() == io::ErrorKind::NotFound {
-        eprintln!("lockrun: {program}: command not found");
-        exit_codes::NOT_FOUND
+        eprintln!("{}: {program}: command not found", persona::name());
+        persona::exec_failed(exit_codes::NOT_FOUND)
     } else {
-        eprintln!("lockrun: {program}: cannot execute: {e}");
-        exit_codes::CANNOT_EXECUTE
+        eprintln!("{}: {program}: cannot execute: {e}", persona::name());
+        persona::exec_failed(exit_codes::CANNOT_EXECUTE)
     }
 }
