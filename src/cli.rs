@@ -115,15 +115,15 @@ pub struct RunArgs {
     fcntl: bool,
 
     /// Lock bytes from OFFSET on (implies --fcntl) [default: 0]
-    #[arg(long, value_name = "OFFSET", value_parser = parse_size, help_heading = "Lock")]
+    #[arg(long, value_name = "OFFSET", value_parser = parse_size, allow_negative_numbers = true, help_heading = "Lock")]
     start: Option<u64>,
 
     /// Lock N bytes (implies --fcntl); 0 is to the end of the file [default: 0]
-    #[arg(long, value_name = "N", value_parser = parse_size, help_heading = "Lock")]
+    #[arg(long, value_name = "N", value_parser = parse_size, allow_negative_numbers = true, help_heading = "Lock")]
     length: Option<u64>,
 
     /// Lock the inherited descriptor FD, then run COMMAND
-    #[arg(long, value_name = "FD", value_parser = clap::value_parser!(i32).range(0..),
+    #[arg(long, value_name = "FD", value_parser = clap::value_parser!(i32).range(0..), allow_negative_numbers = true,
           help_heading = "Lock")]
     fd: Option<i32>,
 
