@@ -29,12 +29,24 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-x -s -n -w -E -c -o -F -u -q -v -h -V --exclusive --shared --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --unlock --quiet --verbose --max-time --ttl --kill-grace --help --version holder check"
+            opts="-x -s -u -n -w -E -c -o -F -q -v -h -V --exclusive --shared --unlock --fcntl --start --length --fd --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --quiet --verbose --max-time --ttl --kill-grace --help --version holder check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --start)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --length)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -16,6 +16,7 @@ pub mod display;
 pub mod exit_codes;
 pub mod identity;
 pub mod inspect;
+pub mod persona;
 pub mod platform;
 pub mod progress;
 pub mod record;

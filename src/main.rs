@@ -11,7 +11,7 @@ use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
 use lockrun::run::signals;
 use lockrun::run::{self, Ending};
-use lockrun::{etcd, fd_mode, report};
+use lockrun::{etcd, fd_mode, persona, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -24,11 +24,14 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
         .map(|arg| std::ffi::OsStr::from_bytes(arg.to_bytes()).to_owned())
         .collect();
+    persona::set_from_argv0(args.first().map(OsString::as_os_str));
     let status = match cli::parse(args).and_then(dispatch) {
         Ok(Ending::Status(status)) => status,
+        // flock(1) reports a command's death by signal N as status 128+N.
+        Ok(Ending::Signal(sig)) if persona::is_flock() => exit_codes::for_signal(sig),
         Ok(Ending::Signal(sig)) => signals::die_by(sig),
         Err(failure) => {
-            eprintln!("lockrun: {failure}");
+            eprintln!("{}: {failure}", persona::name());
             failure.status
         }
     };

@@ -6,11 +6,12 @@ pub mod lock;
 
 use super::{Backend, Capabilities, Held};
 use crate::exit_codes::{self, Failure};
+use crate::persona;
 use crate::progress;
 use crate::record::{self, Record};
 use crate::run::RunOptions;
 use crate::run::wait::{Blocking, Contender};
-use lock::{LockFile, LockMode};
+use lock::{LockFile, LockMode, LockSpec};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -23,30 +24,38 @@ pub struct FileBackend {
     /// The path the lock was opened by, to open it again if the file is
     /// replaced while we wait; `None` for a lent descriptor.
     path: Option<std::path::PathBuf>,
+    spec: LockSpec,
     verbose: bool,
+    /// A lent descriptor's number, which flock(1) names in its messages.
+    lent_fd: Option<String>,
 }
 
 impl FileBackend {
     pub fn open(opts: &RunOptions) -> Result<FileBackend, Failure> {
         Ok(FileBackend {
-            lock: LockFile::open(&opts.path, !opts.close_before_exec)?,
+            lock: LockFile::open_for(&opts.path, opts.lock, opts.mode, !opts.close_before_exec)?,
             mode: opts.mode,
             label: crate::display::escape(&opts.path.to_string_lossy()),
             inherit: !opts.close_before_exec,
-            path: Some(opts.path.clone()),
+            // A lent descriptor (`--fd`) is never opened again by path.
+            path: opts.lock.fd.is_none().then(|| opts.path.clone()),
+            spec: opts.lock,
             verbose: opts.verbose,
+            lent_fd: None,
         })
     }
 
     /// A lock on a descriptor lockrun was lent (fd mode).
-    pub fn lent(lock: LockFile, mode: LockMode, label: String) -> FileBackend {
+    pub fn lent(lock: LockFile, mode: LockMode, label: String, fd: String) -> FileBackend {
         FileBackend {
             lock,
             mode,
             label,
             inherit: true,
             path: None,
+            spec: LockSpec::default(),
             verbose: false,
+            lent_fd: Some(fd),
         }
     }
 
@@ -55,15 +64,26 @@ impl FileBackend {
     }
 }
 
-fn os_error(lock: &LockFile, e: &std::io::Error) -> Failure {
-    Failure::io(exit_codes::OS_ERROR, "cannot lock", lock.path(), e)
+fn os_error(lock: &LockFile, lent_fd: Option<&str>, e: &std::io::Error) -> Failure {
+    if let (Some(fd), true) = (lent_fd, persona::is_flock()) {
+        return Failure::new(
+            persona::lock_failed(exit_codes::OS_ERROR),
+            format!("{fd}: {}", persona::strerror(e)),
+        );
+    }
+    Failure::io(
+        persona::lock_failed(exit_codes::OS_ERROR),
+        "cannot lock",
+        lock.path(),
+        e,
+    )
 }
 
 impl Contender for FileBackend {
     fn try_acquire(&mut self) -> Result<bool, Failure> {
         self.lock
             .try_lock(self.mode)
-            .map_err(|e| os_error(&self.lock, &e))
+            .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e))
     }
 
     fn blocking(&mut self) -> Result<Blocking, Failure> {
@@ -72,10 +92,12 @@ impl Contender for FileBackend {
         let dup = self
             .lock
             .duplicate()
-            .map_err(|e| os_error(&self.lock, &e))?;
+            .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e))?;
         let mode = self.mode;
+        let lent_fd = self.lent_fd.clone();
         Ok(Box::new(move || {
-            dup.lock(mode).map_err(|e| os_error(&dup, &e))
+            dup.lock(mode)
+                .map_err(|e| os_error(&dup, lent_fd.as_deref(), &e))
         }))
     }
 
@@ -83,7 +105,7 @@ impl Contender for FileBackend {
         Some(
             self.lock
                 .lock(self.mode)
-                .map_err(|e| os_error(&self.lock, &e)),
+                .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e)),
         )
     }
 
@@ -107,7 +129,7 @@ impl Contender for FileBackend {
                 self.label
             );
         }
-        self.lock = LockFile::open(path, self.inherit)?;
+        self.lock = LockFile::open_for(path, self.spec, self.mode, self.inherit)?;
         Ok(false)
     }
 
@@ -131,7 +153,7 @@ impl Backend for FileBackend {
     }
 
     fn failure_status(&self) -> u8 {
-        exit_codes::OS_ERROR
+        persona::lock_failed(exit_codes::OS_ERROR)
     }
 
     fn give_up(self) {}
