@@ -14,8 +14,15 @@ use crate::record::Record;
 use std::time::Instant;
 
 pub fn inspect(url: &EtcdUrl) -> Report {
-    let client = Client::new(url.endpoints.clone());
     let mut report = Report::free(url.text.clone());
+    let client = match Client::new(url) {
+        Ok(client) => client,
+        Err(e) => {
+            report.state = State::Unknown;
+            report.reason = Some(e.message);
+            return report;
+        }
+    };
     match client.owner(&url.name) {
         Err(e) => {
             report.state = State::Unknown;

@@ -38,13 +38,13 @@ enum Outcome {
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let label = display::escape(&opts.url.text);
     signals::install_for_command()?;
-    let client = Client::new(opts.url.endpoints.clone());
     let unavailable = |e: &EtcdError| {
         Failure::new(
             exit_codes::UNAVAILABLE,
             format!("cannot take {label}: {e} (the command was not run)"),
         )
     };
+    let client = Client::new(&opts.url).map_err(|e| unavailable(&e))?;
     let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(&e))?;
     let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);
     let give_up = |session: Session| {
