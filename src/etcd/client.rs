@@ -132,6 +132,14 @@ impl Client {
             (Some(user), Some(password)) => Some((user.clone(), read_password(password)?)),
             _ => None,
         };
+        // A member that closes a connection under a write must be an error
+        // (EPIPE), not the death of lockrun: lockrun starts without std's
+        // runtime, which would have ignored SIGPIPE. The command still gets
+        // the default back when it starts (platform::spawn, std Command).
+        // SAFETY: setting a disposition to SIG_IGN has no handler to race.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("etcd-io")
@@ -587,25 +595,44 @@ impl Inner {
                     (_, m) if m.contains("authentication failed") => format!(
                         "etcd refused user '{}' with the password from {} ({m})",
                         self.access.user.as_deref().unwrap_or("?"),
-                        self.access.password.as_ref().map_or_else(|| "nowhere".into(), Password::source),
+                        self.access
+                            .password
+                            .as_ref()
+                            .map_or_else(|| "nowhere".into(), Password::source),
                     ),
                     (_, m) if m.contains("authentication is not enabled") => format!(
                         "--user was given but this etcd has no authentication enabled ({m}); drop --user, or enable auth in etcd"
                     ),
                     (_, m) if m.contains("permission denied") => format!(
                         "etcd denied user '{}' access to the lock's keys ({m}): the user was revoked, or its role lacks readwrite on the lock name's prefix",
-                        self.access.user.as_deref().or(self.access.cert.as_ref().map(|_| "from the client certificate")).unwrap_or("(none)")
+                        self.access
+                            .user
+                            .as_deref()
+                            .or(self
+                                .access
+                                .cert
+                                .as_ref()
+                                .map(|_| "from the client certificate"))
+                            .unwrap_or("(none)")
                     ),
-                    (_, m) if m.contains("user name is empty") || m.contains("user name not found") => format!(
-                        "etcd requires authentication ({m}): give --user NAME (or a client certificate whose CN is an etcd user)"
-                    ),
+                    (_, m)
+                        if m.contains("user name is empty")
+                            || m.contains("user name not found") =>
+                    {
+                        format!(
+                            "etcd requires authentication ({m}): give --user NAME (or a client certificate whose CN is an etcd user)"
+                        )
+                    }
                     (_, m) if m.contains("invalid auth token") => format!(
                         "etcd refused the authentication token and a new one could not be had ({m})"
                     ),
                     (Code::Unavailable | Code::Unknown, m) => {
                         return self.transport_failure(endpoint, &status_chain(status, m));
                     }
-                    (Code::DeadlineExceeded | Code::Aborted | Code::Internal | Code::Cancelled, m) => {
+                    (
+                        Code::DeadlineExceeded | Code::Aborted | Code::Internal | Code::Cancelled,
+                        m,
+                    ) => {
                         return Failed::Member(format!("{endpoint}: {m}"));
                     }
                     (_, m) => m.to_owned(),
@@ -635,7 +662,9 @@ impl Inner {
         let reason = if text.contains("UnknownIssuer") || text.contains("unknown issuer") {
             format!("TLS: the server's certificate is not signed by {ca}")
         } else if text.contains("NotValidForName") || text.contains("not valid for name") {
-            format!("TLS: the server's certificate is not valid for this host name or address (checked against {ca})")
+            format!(
+                "TLS: the server's certificate is not valid for this host name or address (checked against {ca})"
+            )
         } else if text.contains("Expired") || text.contains("expired") {
             "TLS: a certificate has expired".to_owned()
         } else if text.contains("CertificateRequired") || text.contains("certificate required") {
@@ -659,11 +688,20 @@ impl Inner {
                 || text.contains("protocol error")
                 || text.contains("h2 protocol"))
         {
-            format!("no gRPC answer over plain HTTP ({text}); if this etcd serves TLS, use etcd+https:// or --cacert FILE")
+            "no gRPC answer over plain HTTP; if this etcd serves TLS, use etcd+https:// or --cacert FILE".to_owned()
+        } else if self.tls.is_some()
+            && (text.contains("broken pipe") || text.contains("connection reset"))
+        {
+            // TLS 1.3 finishes the client's side of the handshake before the
+            // server checks the client certificate: a refusal arrives as a
+            // closed connection on the first request.
+            return Failed::Member(format!(
+                "{endpoint}: the server closed the connection after the TLS handshake; if it requires client certificates, it refused ours ({cert}) ({text})"
+            ));
         } else {
             return Failed::Member(format!("{endpoint}: {text}"));
         };
-        Failed::Final(format!("{endpoint}: {reason} ({text})"))
+        Failed::Final(format!("{endpoint}: {reason} ({})", text.trim()))
     }
 }
 
@@ -730,7 +768,11 @@ fn read_pem(file: &std::path::Path, role: &str, what: &str) -> Result<Vec<u8>, E
     let pem = std::fs::read(file)
         .map_err(|e| error(format!("cannot read the {role} {}: {e}", file.display())))?;
     let text = String::from_utf8_lossy(&pem);
-    if !text.contains("-----BEGIN ") || !text.lines().any(|l| l.starts_with("-----BEGIN ") && l.contains(what)) {
+    if !text.contains("-----BEGIN ")
+        || !text
+            .lines()
+            .any(|l| l.starts_with("-----BEGIN ") && l.contains(what))
+    {
         return Err(error(format!(
             "the {role} {} is not a PEM file with a {what} block",
             file.display()
@@ -744,7 +786,10 @@ fn read_password(password: &Password) -> Result<String, EtcdError> {
         Password::Env { value, .. } => Ok(value.clone()),
         Password::File(file) => {
             let text = std::fs::read_to_string(file).map_err(|e| {
-                error(format!("cannot read the password file {}: {e}", file.display()))
+                error(format!(
+                    "cannot read the password file {}: {e}",
+                    file.display()
+                ))
             })?;
             // The first line, as written by `echo secret > file`.
             Ok(text.lines().next().unwrap_or("").to_owned())

@@ -129,7 +129,10 @@ pub struct Access {
 #[derive(Clone, PartialEq, Eq)]
 pub enum Password {
     /// The value of an environment variable (named for messages).
-    Env { var: &'static str, value: String },
+    Env {
+        var: &'static str,
+        value: String,
+    },
     File(PathBuf),
 }
 
@@ -174,11 +177,13 @@ pub fn is_url(arg: &std::ffi::OsStr) -> bool {
 fn env_var(lookup: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<(&'static str, String)> {
     // Leaked once per name and process: a handful of short strings, so that
     // messages can name the variable a value came from.
-    ["LOCKRUN_ETCD_", "ETCDCTL_"].into_iter().find_map(|prefix| {
-        let var = format!("{prefix}{name}");
-        let value = lookup(&var).filter(|v| !v.is_empty())?;
-        Some((&*Box::leak(var.into_boxed_str()), value))
-    })
+    ["LOCKRUN_ETCD_", "ETCDCTL_"]
+        .into_iter()
+        .find_map(|prefix| {
+            let var = format!("{prefix}{name}");
+            let value = lookup(&var).filter(|v| !v.is_empty())?;
+            Some((&*Box::leak(var.into_boxed_str()), value))
+        })
 }
 
 impl EtcdUrl {
@@ -311,7 +316,9 @@ impl EtcdUrl {
         self.access.tls = self.wants_tls();
         let a = &self.access;
         match (&a.cert, &a.key) {
-            (Some(_), None) => return Err("--cert needs --key (the client certificate's private key)".into()),
+            (Some(_), None) => {
+                return Err("--cert needs --key (the client certificate's private key)".into());
+            }
             (None, Some(_)) => return Err("--key needs --cert (the client certificate)".into()),
             _ => {}
         }
@@ -395,7 +402,10 @@ mod tests {
 
     #[test]
     fn url_endpoints_win_over_the_environment() {
-        let e = env(&[("LOCKRUN_ETCD_ENDPOINTS", "c:3, http://d:4"), ("ETCDCTL_ENDPOINTS", "e:5")]);
+        let e = env(&[
+            ("LOCKRUN_ETCD_ENDPOINTS", "c:3, http://d:4"),
+            ("ETCDCTL_ENDPOINTS", "e:5"),
+        ]);
         let url = EtcdUrl::parse("etcd://a:1/x", &e).unwrap();
         assert_eq!(url.endpoints, ["a:1"]);
         let url = EtcdUrl::parse("etcd:///x", &e).unwrap();
@@ -406,8 +416,18 @@ mod tests {
 
     #[test]
     fn tls_from_the_scheme_an_https_endpoint_or_a_ca() {
-        assert!(EtcdUrl::parse("etcd+https://a:1/x", &no_env).unwrap().access.tls);
-        assert!(EtcdUrl::parse("etcd://https://a:1/x", &no_env).unwrap().access.tls);
+        assert!(
+            EtcdUrl::parse("etcd+https://a:1/x", &no_env)
+                .unwrap()
+                .access
+                .tls
+        );
+        assert!(
+            EtcdUrl::parse("etcd://https://a:1/x", &no_env)
+                .unwrap()
+                .access
+                .tls
+        );
         let url = EtcdUrl::parse("etcd://a:1/x", &env(&[("ETCDCTL_CACERT", "/ca.pem")])).unwrap();
         assert!(url.access.tls);
         assert_eq!(url.access.cacert.as_deref(), Some(Path::new("/ca.pem")));
@@ -483,6 +503,9 @@ mod tests {
             assert!(EtcdUrl::parse(bad, &no_env).is_err(), "{bad}");
         }
         let e = env(&[("LOCKRUN_ETCD_CERT", "c.pem")]);
-        assert!(EtcdUrl::parse("etcd://a:1/x", &e).is_err(), "a cert without its key");
+        assert!(
+            EtcdUrl::parse("etcd://a:1/x", &e).is_err(),
+            "a cert without its key"
+        );
     }
 }
