@@ -120,6 +120,8 @@ struct Member {
     child: Child,
     endpoint: String,
     log: std::path::PathBuf,
+    /// To start it again, on the same ports and data.
+    args: Vec<String>,
 }
 
 impl Drop for Member {
@@ -138,6 +140,20 @@ struct Etcd {
     /// Variables every lockrun and etcdctl of the test gets (TLS files).
     env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
+}
+
+fn spawn_etcd(args: &[String], log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("etcd log");
+    Command::new("etcd")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start etcd")
 }
 
 fn free_port() -> u16 {
@@ -191,32 +207,32 @@ impl Etcd {
             let client_url = format!("{scheme}://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
             let log = dir.path().join(format!("etcd{i}.log"));
-            let mut cmd = Command::new("etcd");
-            cmd.arg(format!("--name=m{i}"))
-                .arg(format!(
+            let mut args = vec![
+                format!("--name=m{i}"),
+                format!(
                     "--data-dir={}",
                     dir.path().join(format!("data{i}")).display()
-                ))
-                .arg(format!("--listen-client-urls={client_url}"))
-                .arg(format!("--advertise-client-urls={client_url}"))
-                .arg(format!("--listen-peer-urls={peer_url}"))
-                .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-                .arg(format!("--initial-cluster={cluster}"))
-                .args(&setup.extra)
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).expect("etcd log"));
+                ),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster={cluster}"),
+            ];
+            args.extend(setup.extra.iter().cloned());
             if let Some(pki) = setup.tls {
-                cmd.arg(format!("--cert-file={}", pki.file("server.pem")))
-                    .arg(format!("--key-file={}", pki.file("server.key")));
+                args.push(format!("--cert-file={}", pki.file("server.pem")));
+                args.push(format!("--key-file={}", pki.file("server.key")));
                 if setup.client_cert_auth {
-                    cmd.arg("--client-cert-auth")
-                        .arg(format!("--trusted-ca-file={}", pki.file("ca.pem")));
+                    args.push("--client-cert-auth".into());
+                    args.push(format!("--trusted-ca-file={}", pki.file("ca.pem")));
                 }
             }
             started.push(Member {
-                child: cmd.spawn().expect("start etcd"),
+                child: spawn_etcd(&args, &log),
                 endpoint: format!("127.0.0.1:{client}"),
                 log,
+                args,
             });
         }
         let etcd = Etcd {
@@ -268,7 +284,27 @@ impl Etcd {
     }
 
     fn signal(&self, sig: &str) {
-        kill(self.members[0].child.id() as i32, sig);
+        self.signal_member(0, sig);
+    }
+
+    fn signal_member(&self, at: usize, sig: &str) {
+        kill(self.members[at].child.id() as i32, sig);
+    }
+
+    /// SIGKILL, then the same member again on its ports and data; returns
+    /// once it answers.
+    fn kill_and_restart(&mut self, at: usize) {
+        let member = &mut self.members[at];
+        let _ = member.child.kill();
+        let _ = member.child.wait();
+        member.child = spawn_etcd(&member.args, &member.log);
+        let url = format!("etcd://{}/ready", member.endpoint);
+        wait_for("etcd to answer again", || {
+            self.std_lockrun()
+                .args(["check", "-q", &url])
+                .status()
+                .is_ok_and(|s| s.code() == Some(1))
+        });
     }
 
     fn clean(&self, cmd: &mut Command) {
@@ -833,7 +869,9 @@ fn client_certificates_are_presented_and_a_cn_maps_to_an_etcd_user() {
     ]);
     let err = fails(&mut cmd, 69);
     assert!(
-        err.contains("refused our client certificate") && err.contains("rogue.pem"),
+        // A TLS alert, or (TLS 1.3, the race of a write with the alert) a
+        // connection closed right after the handshake.
+        err.contains("refused") && err.contains("rogue.pem"),
         "{err}"
     );
     // A key that is not one.
@@ -989,4 +1027,183 @@ fn an_expired_auth_token_is_renewed_while_the_lock_is_held() {
     cmd.env("LOCKRUN_ETCD_PASSWORD", "apppw")
         .args(["--user", "app", "--ttl", "1s", &url, "sleep", "4"]);
     cmd.assert().success();
+}
+
+fn holder_json_with(etcd: &Etcd, url: &str) -> serde_json::Value {
+    let out = etcd
+        .std_lockrun()
+        .args(["holder", "--json", url])
+        .output()
+        .expect("run holder");
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// A 3-member cluster; lockrun holds the lock through member 0 and a
+/// waiter queues through member 2; then member 0 is stopped (`STOP`) or
+/// killed (`KILL`). The holder keeps its lease through another member for
+/// longer than its TTL, its command is never stopped, and on release the
+/// waiter gets the lock with a larger fencing token.
+fn cluster_member_failure(signal: &str) {
+    let Some(etcd) = Etcd::start_with(&Setup::default(), 3) else {
+        return;
+    };
+    let via_0 = etcd.url_via(&[0, 1, 2], "job");
+    let via_2 = etcd.url_via(&[2, 1], "job");
+    let via_1 = etcd.url_via(&[1], "job");
+    let (mut holder, words) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([
+            "--ttl",
+            "4s",
+            &via_0,
+            "sh",
+            "-c",
+            "echo ready $LOCKRUN_FENCING_TOKEN; read x; echo done",
+        ])
+        .stderr(Stdio::piped());
+        cmd
+    });
+    let first: i64 = words[0].parse().expect("token");
+    let mut waiter = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([
+            "--ttl",
+            "4s",
+            "-w",
+            "60",
+            &via_2,
+            "sh",
+            "-c",
+            "echo got $LOCKRUN_FENCING_TOKEN",
+        ]);
+        cmd
+    });
+    wait_for("the waiter to queue", || {
+        holder_json_with(&etcd, &via_1)["waiting"] == 1
+    });
+    etcd.signal_member(0, signal);
+    // Over two TTLs: without a renewal through another member, etcd would
+    // have expired the lease and handed the lock to the waiter.
+    let until = Instant::now() + Duration::from_secs(9);
+    while Instant::now() < until {
+        let json = holder_json_with(&etcd, &via_1);
+        if json["state"] == "held" {
+            assert_eq!(json["etcd"]["fencing_token"], first, "{json}");
+        }
+        assert!(
+            !holder.has_exited(),
+            "the holder stopped: {}",
+            stderr_of(&mut holder)
+        );
+        assert!(
+            !waiter.has_exited(),
+            "the waiter ended while the lock was held"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        holder_json_with(&etcd, &via_1)["etcd"]["fencing_token"],
+        first
+    );
+    holder.release();
+    assert_eq!(holder.line(BOUND).as_deref(), Some("done"));
+    let status = holder.wait_exit(BOUND);
+    assert!(status.success(), "{status:?}: {}", stderr_of(&mut holder));
+    let got = waiter.line(BOUND).expect("the waiter never got the lock");
+    let next: i64 = got
+        .strip_prefix("got ")
+        .expect("got TOKEN")
+        .parse()
+        .expect("token");
+    assert!(
+        next > first,
+        "fencing tokens must grow: {first} then {next}"
+    );
+    assert!(waiter.wait_exit(BOUND).success());
+}
+
+#[test]
+fn a_stopped_member_does_not_stop_the_holder_and_a_waiter_elsewhere_gets_the_lock_next() {
+    cluster_member_failure("STOP");
+}
+
+#[test]
+fn a_killed_member_does_not_stop_the_holder_and_a_waiter_elsewhere_gets_the_lock_next() {
+    cluster_member_failure("KILL");
+}
+
+#[test]
+fn a_waiter_keeps_its_place_through_an_etcd_restart() {
+    let Some(mut etcd) = Etcd::start() else {
+        return;
+    };
+    let url = etcd.url("job");
+    let (mut holder, _) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready; read x"]);
+        cmd
+    });
+    let mut waiter = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args(["-w", "60", &url, "echo", "ran"])
+            .stderr(Stdio::piped());
+        cmd
+    });
+    wait_for("the waiter to queue", || waiting_count(&url) == Some(1));
+    // etcd restores every lease with a fresh TTL when it comes back: a
+    // waiter that gave up during the outage would leave its key holding
+    // the lock with nobody running.
+    etcd.kill_and_restart(0);
+    assert!(
+        !waiter.has_exited(),
+        "the waiter left during the outage: {}",
+        stderr_of(&mut waiter)
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert_eq!(
+        waiter.line(BOUND).as_deref(),
+        Some("ran"),
+        "{}",
+        stderr_of(&mut waiter)
+    );
+    assert!(waiter.wait_exit(BOUND).success());
+    assert_eq!(waiting_count(&url), Some(0));
+}
+
+#[test]
+fn a_key_whose_lockrun_is_gone_is_never_reported_as_held_by_pid_0() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("job");
+    let (mut holder, _) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready; read x"]);
+        cmd
+    });
+    let mut waiter = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args(["--ttl", "30s", &url, "echo", "ran"]);
+        cmd
+    });
+    wait_for("the waiter to queue", || waiting_count(&url) == Some(1));
+    kill(waiter.pid(), "KILL");
+    waiter.wait_exit(BOUND);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // The dead waiter's key now holds the lock until its lease expires.
+    let text = holder_text_with(&etcd, &url);
+    assert!(text.starts_with(&format!("{url}: held")), "{text}");
+    assert!(!text.contains("pid 0"), "{text}");
+    let json = holder_json_with(&etcd, &url);
+    assert_eq!(json["record_holder_alive"], false, "{json}");
+    assert_eq!(json["holders"], serde_json::json!([]), "{json}");
+}
+
+fn holder_text_with(etcd: &Etcd, url: &str) -> String {
+    let out = etcd
+        .std_lockrun()
+        .args(["holder", url])
+        .output()
+        .expect("run holder");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -452,7 +452,11 @@ impl Inner {
                 let client = self.member(at).await?;
                 op(client).await.map_err(|e| self.failure(endpoint, &e))
             };
-            match tokio::time::timeout(left.min(ATTEMPT_TIMEOUT), attempt).await {
+            // Time for the members still to try, shared: one that never
+            // answers must leave the others enough of the deadline.
+            let share = (left / u32::try_from(n - i).unwrap_or(1)).max(Duration::from_millis(100));
+            let share = share.min(ATTEMPT_TIMEOUT).min(left);
+            match tokio::time::timeout(share, attempt).await {
                 Ok(Ok(answer)) => {
                     self.preferred.store(at, Ordering::Relaxed);
                     return Ok(answer);
@@ -461,7 +465,7 @@ impl Inner {
                 Ok(Err(Failed::Member(message))) => failures.push(message),
                 Err(_) => failures.push(format!(
                     "{endpoint}: no answer to the {what} within {} ms",
-                    left.min(ATTEMPT_TIMEOUT).as_millis()
+                    share.as_millis()
                 )),
             }
         }
@@ -681,22 +685,28 @@ impl Inner {
             || text.contains("CorruptMessage")
         {
             "TLS: the server does not speak TLS here (a plain-HTTP endpoint? then drop https and --cacert/--cert/--key)".to_owned()
-        } else if self.tls.is_none()
-            && (text.contains("frame with invalid size")
-                || text.contains("connection reset")
-                || text.contains("broken pipe")
-                || text.contains("protocol error")
-                || text.contains("h2 protocol"))
-        {
+        } else if self.tls.is_none() && text.contains("frame with invalid size") {
             "no gRPC answer over plain HTTP; if this etcd serves TLS, use etcd+https:// or --cacert FILE".to_owned()
+        } else if self.tls.is_none()
+            && (text.contains("broken pipe") || text.contains("connection reset"))
+        {
+            // A member going away, or a TLS port refusing plain HTTP: the
+            // same closed connection. Another member may answer.
+            return Failed::Member(format!(
+                "{endpoint}: connection closed ({text}); if this etcd serves TLS, use etcd+https:// or --cacert FILE"
+            ));
         } else if self.tls.is_some()
             && (text.contains("broken pipe") || text.contains("connection reset"))
         {
             // TLS 1.3 finishes the client's side of the handshake before the
             // server checks the client certificate: a refusal arrives as a
             // closed connection on the first request.
+            let ours = match &a.cert {
+                Some(file) => format!("it refused ours ({})", file.display()),
+                None => "none was given (--cert/--key)".to_owned(),
+            };
             return Failed::Member(format!(
-                "{endpoint}: the server closed the connection after the TLS handshake; if it requires client certificates, it refused ours ({cert}) ({text})"
+                "{endpoint}: the server closed the connection after the TLS handshake; if it requires a client certificate, {ours} ({text})"
             ));
         } else {
             return Failed::Member(format!("{endpoint}: {text}"));
