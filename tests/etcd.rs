@@ -328,6 +328,10 @@ impl Etcd {
 
     /// etcdctl as root (with the TLS files), for setting etcd up.
     fn etcdctl(&self, args: &[&str]) {
+        self.etcdctl_out(args);
+    }
+
+    fn etcdctl_out(&self, args: &[&str]) -> String {
         let mut cmd = Command::new("etcdctl");
         self.clean(&mut cmd);
         cmd.env("ETCDCTL_API", "3")
@@ -347,6 +351,7 @@ impl Etcd {
             "etcdctl {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Users and roles: `root` (password rootpw) and `app` (apppw) with
@@ -1021,12 +1026,27 @@ fn an_expired_auth_token_is_renewed_while_the_lock_is_held() {
     };
     etcd.enable_auth();
     let url = etcd.url("job");
-    // Held for several token lifetimes; every renewal round reads the key
-    // with the token, so an expired one must be replaced, not fatal.
+    // Tokens live 1s after their last use; renewal rounds come every 2s
+    // (TTL/3), so every round, and the release, finds its token expired.
     let mut cmd = etcd.lockrun();
     cmd.env("LOCKRUN_ETCD_PASSWORD", "apppw")
-        .args(["--user", "app", "--ttl", "1s", &url, "sleep", "4"]);
-    cmd.assert().success();
+        .args(["--user", "app", "--ttl", "6s", &url, "sleep", "4.5"]);
+    cmd.assert().success().stderr("");
+    // Released at once (the lease revoked with a renewed token), with the
+    // last holder's record written.
+    let mut check = etcd.lockrun();
+    check
+        .env("ETCDCTL_USER", "app:apppw")
+        .args(["check", "-q", &url]);
+    check.assert().code(1);
+    let out = etcd
+        .std_lockrun()
+        .env("ETCDCTL_USER", "app:apppw")
+        .args(["holder", "--json", &url])
+        .output()
+        .expect("holder");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["record"]["exit"]["code"], 0, "{json}");
 }
 
 fn holder_json_with(etcd: &Etcd, url: &str) -> serde_json::Value {
@@ -1171,32 +1191,48 @@ fn a_waiter_keeps_its_place_through_an_etcd_restart() {
     assert_eq!(waiting_count(&url), Some(0));
 }
 
+/// What a waiter that left during an outage (or was killed while queued)
+/// leaves behind: its key, on a live lease, with a record that has no
+/// command pid and names a lockrun that is gone.
 #[test]
 fn a_key_whose_lockrun_is_gone_is_never_reported_as_held_by_pid_0() {
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
     let Some(etcd) = Etcd::start() else { return };
     let url = etcd.url("job");
-    let (mut holder, _) = spawn_ready({
-        let mut cmd = etcd.std_lockrun();
-        cmd.args([&url, "sh", "-c", "echo ready; read x"]);
-        cmd
-    });
-    let mut waiter = Background::spawn({
-        let mut cmd = etcd.std_lockrun();
-        cmd.args(["--ttl", "30s", &url, "echo", "ran"]);
-        cmd
-    });
-    wait_for("the waiter to queue", || waiting_count(&url) == Some(1));
-    kill(waiter.pid(), "KILL");
-    waiter.wait_exit(BOUND);
-    holder.release();
-    assert!(holder.wait_exit(BOUND).success());
-    // The dead waiter's key now holds the lock until its lease expires.
+    etcd.lockrun().args([&url, "true"]).assert().success();
+    // The last holder's record (written by this host), turned into a
+    // queued lockrun's: no command pid yet, a lockrun pid that is gone.
+    let last = etcd.etcdctl_out(&["get", "job", "--print-value-only"]);
+    let mut record: serde_json::Value = serde_json::from_str(last.trim()).expect("record");
+    let mut gone = Command::new("true").spawn().expect("spawn true");
+    let gone_pid = gone.id();
+    gone.wait().expect("reap true");
+    for field in ["pid", "pid_start", "exit", "released_at"] {
+        record.as_object_mut().expect("object").remove(field);
+    }
+    record["lockrun_pid"] = gone_pid.into();
+    let granted = etcd.etcdctl_out(&["lease", "grant", "60"]);
+    let lease = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("lease id")
+        .to_owned();
+    etcd.etcdctl(&[
+        "put",
+        &format!("--lease={lease}"),
+        &format!("job/{lease}"),
+        &record.to_string(),
+    ]);
+
     let text = holder_text_with(&etcd, &url);
     assert!(text.starts_with(&format!("{url}: held")), "{text}");
     assert!(!text.contains("pid 0"), "{text}");
     let json = holder_json_with(&etcd, &url);
     assert_eq!(json["record_holder_alive"], false, "{json}");
     assert_eq!(json["holders"], serde_json::json!([]), "{json}");
+    etcd.lockrun().args(["check", "-q", &url]).assert().code(0);
 }
 
 fn holder_text_with(etcd: &Etcd, url: &str) -> String {
