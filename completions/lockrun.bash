@@ -29,7 +29,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-x -s -u -n -w -E -c -o -F -q -v -h -V --exclusive --shared --unlock --fcntl --start --length --fd --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --quiet --verbose --max-time --ttl --kill-grace --help --version holder check"
+            opts="-x -s -u -n -w -E -c -o -F -q -v -h -V --exclusive --shared --unlock --fcntl --start --length --fd --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --quiet --verbose --max-time --ttl --kill-grace --cacert --cert --key --user --password-file --help --version holder check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -88,6 +88,26 @@ _lockrun() {
                     return 0
                     ;;
                 --kill-grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

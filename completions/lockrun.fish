@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n x/exclusive s/shared u/unlock fcntl start= length= fd= n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record q/quiet v/verbose max-time= ttl= kill-grace= h/help V/version
+    string join \n x/exclusive s/shared u/unlock fcntl start= length= fd= n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record q/quiet v/verbose max-time= ttl= kill-grace= cacert= cert= key= user= password-file= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -34,6 +34,11 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s c -l command -d 'Run SH
 complete -c lockrun -n "__fish_lockrun_needs_command" -l max-time -d 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l cacert -d 'etcd lock URL only: verify the server\'s certificate with this CA (TLS; default: the system\'s roots)' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l cert -d 'etcd lock URL only: client certificate (TLS), with --key' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l key -d 'etcd lock URL only: the client certificate\'s private key' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l user -d 'etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l password-file -d 'etcd lock URL only: read the --user password from FILE (first line)' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -s x -l exclusive -d 'Exclusive lock (the default)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s s -l shared -d 'Shared lock: many holders at once, no exclusive holder'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s u -l unlock -d 'Release the lock on FD (with a LOCKFILE and COMMAND, as flock(1): run it holding nothing)'

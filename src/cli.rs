@@ -196,6 +196,26 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
     kill_grace: Option<Duration>,
 
+    /// etcd lock URL only: verify the server's certificate with this CA (TLS; default: the system's roots)
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    cacert: Option<PathBuf>,
+
+    /// etcd lock URL only: client certificate (TLS), with --key
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    cert: Option<PathBuf>,
+
+    /// etcd lock URL only: the client certificate's private key
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    key: Option<PathBuf>,
+
+    /// etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)
+    #[arg(long, value_name = "NAME", help_heading = "etcd")]
+    user: Option<String>,
+
+    /// etcd lock URL only: read the --user password from FILE (first line)
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    password_file: Option<PathBuf>,
+
     /// Lock file (created if missing, never deleted), a directory, or an open FD number
     #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
@@ -290,8 +310,7 @@ impl LockTarget {
                 format!("the lock URL {} is not valid UTF-8", arg.to_string_lossy()),
             )
         })?;
-        let env = std::env::var(etcd::ENDPOINTS_ENV).ok();
-        EtcdUrl::parse(text, env.as_deref())
+        EtcdUrl::from_arg(text)
             .map(LockTarget::Etcd)
             .map_err(|e| Failure::new(exit_codes::USAGE, e))
     }
@@ -504,6 +523,11 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         max_time: None,
         ttl: None,
         kill_grace: None,
+        cacert: None,
+        cert: None,
+        key: None,
+        user: None,
+        password_file: None,
         target: None,
         command: Vec::new(),
     };
@@ -700,6 +724,16 @@ fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failu
             "--max-time cannot be used with -F: nobody would be left to stop the command",
         ));
     }
+    if args.cacert.is_some()
+        || args.cert.is_some()
+        || args.key.is_some()
+        || args.user.is_some()
+        || args.password_file.is_some()
+    {
+        return Err(usage(
+            "--cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
+        ));
+    }
     Ok(Invocation::Run(RunOptions {
         path,
         mode,
@@ -752,6 +786,15 @@ fn etcd_run(
             "--poll does not apply to etcd:// locks: etcd itself wakes the waiter",
         ));
     }
+    let url = url
+        .with_flags(&etcd::AccessFlags {
+            cacert: args.cacert,
+            cert: args.cert,
+            key: args.key,
+            user: args.user,
+            password_file: args.password_file,
+        })
+        .map_err(|e| Failure::new(exit_codes::USAGE, e))?;
     Ok(Invocation::EtcdRun(etcd::RunOptions {
         url,
         nonblocking: wait.nonblocking,

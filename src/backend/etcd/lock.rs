@@ -76,7 +76,7 @@ fn unavailable(label: &str, e: &EtcdError) -> Failure {
 
 impl EtcdBackend {
     fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
-        let client = Client::new(opts.url.endpoints.clone());
+        let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
         let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);
         // The waiting key carries who waits, so `holder` can name a
