@@ -29,7 +29,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-x -s -n -w -E -c -o -F -u -q -v -h -V --exclusive --shared --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --unlock --quiet --verbose --ttl --kill-grace --help --version holder check"
+            opts="-x -s -n -w -E -c -o -F -u -q -v -h -V --exclusive --shared --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --unlock --quiet --verbose --ttl --kill-grace --cacert --cert --key --user --password-file --help --version holder check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -72,6 +72,26 @@ _lockrun() {
                     return 0
                     ;;
                 --kill-grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n x/exclusive s/shared n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record u/unlock q/quiet v/verbose ttl= kill-grace= h/help V/version
+    string join \n x/exclusive s/shared n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record u/unlock q/quiet v/verbose ttl= kill-grace= cacert= cert= key= user= password-file= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -30,6 +30,11 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code
 complete -c lockrun -n "__fish_lockrun_needs_command" -s c -l command -d 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'etcd lock URL only: after a lost lock, SIGKILL the command this long after SIGTERM [default: 5s]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l cacert -d 'etcd lock URL only: verify the server\'s certificate with this CA (TLS; default: the system\'s roots)' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l cert -d 'etcd lock URL only: client certificate (TLS), with --key' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l key -d 'etcd lock URL only: the client certificate\'s private key' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l user -d 'etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l password-file -d 'etcd lock URL only: read the --user password from FILE (first line)' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -s x -l exclusive -d 'Exclusive lock (the default)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s s -l shared -d 'Shared lock: many holders at once, no exclusive holder'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s n -l nonblock -d 'Fail at once if the lock is held'
