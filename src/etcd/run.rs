@@ -144,14 +144,15 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         );
         return Ok(Ending::Status(exit_codes::LOCK_LOST));
     }
-    if let Some(mut r) = record {
-        // The last holder's record outlives the lease under NAME itself,
-        // so a free lock still tells who ran last and how it ended.
+    // The last holder's record outlives the lease under NAME itself, so a
+    // free lock still tells who ran last and how it ended.
+    let last = record.map(|mut r| {
         r.released_at = Some(display::now_rfc3339());
         r.exit = Some(Exit::of(status));
-        let _ = client.put(name, &r.to_line(), Instant::now() + CLEANUP_TIMEOUT);
-    }
-    if let Err(e) = client.revoke(lease, Instant::now() + CLEANUP_TIMEOUT) {
+        r.to_line()
+    });
+    let last = last.as_deref().map(|line| (name.as_str(), line));
+    if let Err(e) = client.release(lease, last, Instant::now() + CLEANUP_TIMEOUT) {
         eprintln!(
             "lockrun: could not release {label} ({e}); etcd releases it when the lease expires within {}s",
             ttl.as_secs()
