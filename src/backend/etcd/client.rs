@@ -93,7 +93,8 @@ pub struct Client {
 }
 
 struct Inner {
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (see `Drop`).
+    runtime: Option<tokio::runtime::Runtime>,
     members: Vec<Member>,
     /// The member that answered last: calls start there.
     preferred: AtomicUsize,
@@ -148,7 +149,7 @@ impl Client {
             .map_err(|e| error(format!("cannot start the etcd client: {e}")))?;
         Ok(Client {
             inner: Arc::new(Inner {
-                runtime,
+                runtime: Some(runtime),
                 members: url
                     .endpoints
                     .iter()
@@ -176,7 +177,10 @@ impl Client {
     }
 
     fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.inner.runtime.block_on(future)
+        match &self.inner.runtime {
+            Some(runtime) => runtime.block_on(future),
+            None => unreachable!("the runtime lives as long as the client"),
+        }
     }
 
     /// Grants a lease; returns its id and the TTL etcd granted (which may
@@ -218,26 +222,27 @@ impl Client {
     /// a short pause) until `deadline`: a key left behind would hold or
     /// block the lock for a whole TTL with nobody running.
     pub fn revoke(&self, lease: i64, deadline: Instant) -> Result<(), EtcdError> {
+        self.block_on(self.inner.revoke(lease, deadline))
+    }
+
+    /// Releases the lock: revokes the lease (which deletes our key) and,
+    /// at the same time, stores the last holder's record under `last.0`
+    /// (no lease: it outlives us). Both go out together, so the next
+    /// holder waits for the revoke only. The revoke is retried until
+    /// `deadline` as [`Client::revoke`] is; the record is best effort.
+    pub fn release(
+        &self,
+        lease: i64,
+        last: Option<(&str, &[u8])>,
+        deadline: Instant,
+    ) -> Result<(), EtcdError> {
         self.block_on(async {
-            loop {
-                let result = self
-                    .inner
-                    .call("lease revoke", deadline, move |mut c| async move {
-                        match c.lease_revoke(lease).await {
-                            // Gone already (expired, or revoked by an
-                            // answer that was lost): what we wanted.
-                            Err(ec::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => {
-                                Ok(())
-                            }
-                            other => other.map(drop),
-                        }
-                    })
-                    .await;
-                match result {
-                    Err(_) if Instant::now() + RETRY < deadline => {
-                        tokio::time::sleep(RETRY).await;
-                    }
-                    done => return done,
+            match last {
+                None => self.inner.revoke(lease, deadline).await,
+                Some((key, value)) => {
+                    let put = self.inner.put(key, value, deadline);
+                    let (revoked, _) = tokio::join!(self.inner.revoke(lease, deadline), put);
+                    revoked
                 }
             }
         })
@@ -386,16 +391,53 @@ impl Client {
 
     /// A plain put without a lease (the last holder's record).
     pub fn put(&self, key: &str, value: &[u8], deadline: Instant) -> Result<(), EtcdError> {
-        let (key, value) = (key.to_owned(), value.to_vec());
-        self.block_on(self.inner.call("put", deadline, move |mut c| {
-            let (key, value) = (key.clone(), value.clone());
-            async move { c.put(key, value, None).await }
-        }))
-        .map(drop)
+        self.block_on(self.inner.put(key, value, deadline))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Not a plain drop, which waits for blocking tasks: a host name
+        // being resolved (getaddrinfo, which no timeout interrupts) must
+        // not keep lockrun from exiting once the call has given up on it.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
 impl Inner {
+    async fn revoke(&self, lease: i64, deadline: Instant) -> Result<(), EtcdError> {
+        loop {
+            let result = self
+                .call("lease revoke", deadline, move |mut c| async move {
+                    match c.lease_revoke(lease).await {
+                        // Gone already (expired, or revoked by an answer
+                        // that was lost): what we wanted.
+                        Err(ec::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => {
+                            Ok(())
+                        }
+                        other => other.map(drop),
+                    }
+                })
+                .await;
+            match result {
+                Err(_) if Instant::now() + RETRY < deadline => tokio::time::sleep(RETRY).await,
+                done => return done,
+            }
+        }
+    }
+
+    async fn put(&self, key: &str, value: &[u8], deadline: Instant) -> Result<(), EtcdError> {
+        let (key, value) = (key.to_owned(), value.to_vec());
+        self.call("put", deadline, move |mut c| {
+            let (key, value) = (key.clone(), value.clone());
+            async move { c.put(key, value, None).await }
+        })
+        .await
+        .map(drop)
+    }
+
     /// The member's client, connected (and authenticated) on first use.
     async fn member(&self, at: usize) -> Result<ec::Client, Failed> {
         let member = &self.members[at];
@@ -530,6 +572,10 @@ impl Inner {
         let Some(ahead) = answer.kvs().first() else {
             return Ok(true);
         };
+        // Keys are only ever added behind ours (a later creation revision),
+        // so when the only key ahead is deleted, the lock is ours: no read
+        // again on the handoff's path.
+        let last_ahead = answer.count() == 1;
         let read_at = answer.header().map_or(0, |h| h.revision());
         let key = ahead.key().to_vec();
         // The member that answered the read: watch there.
@@ -560,7 +606,7 @@ impl Inner {
                         .iter()
                         .any(|e| e.event_type() == ec::EventType::Delete)
                     {
-                        return Ok(false);
+                        return Ok(last_ahead);
                     }
                 }
                 Ok(Ok(None)) => {

@@ -423,12 +423,8 @@ mod tests {
                 .access
                 .tls
         );
-        assert!(
-            EtcdUrl::parse("etcd://https://a:1/x", &no_env)
-                .unwrap()
-                .access
-                .tls
-        );
+        let https = env(&[("ETCDCTL_ENDPOINTS", "https://a:1,b:2")]);
+        assert!(EtcdUrl::parse("etcd:///x", &https).unwrap().access.tls);
         let url = EtcdUrl::parse("etcd://a:1/x", &env(&[("ETCDCTL_CACERT", "/ca.pem")])).unwrap();
         assert!(url.access.tls);
         assert_eq!(url.access.cacert.as_deref(), Some(Path::new("/ca.pem")));
@@ -441,7 +437,8 @@ mod tests {
             })
             .unwrap();
         assert!(url.access.tls);
-        assert!(EtcdUrl::parse("etcd+https://http://a:1/x", &no_env).is_err());
+        let http = env(&[("ETCDCTL_ENDPOINTS", "http://a:1")]);
+        assert!(EtcdUrl::parse("etcd+https:///x", &http).is_err());
     }
 
     #[test]
