@@ -4,6 +4,7 @@
 use crate::etcd::{self, EtcdUrl};
 use crate::exit_codes::{self, Failure};
 use crate::fd_mode::FdOptions;
+use crate::generate;
 use crate::lock::{self, LockKind, LockMode, LockSpec};
 use crate::persona;
 use crate::run::RunOptions;
@@ -75,6 +76,9 @@ const LONGEST_TTL: Duration = Duration::from_secs(9_000_000_000);
 pub struct Cli {
     #[command(subcommand)]
     pub inspect: Option<Inspect>,
+    /// Print the man page or a shell completion script of this build, then exit
+    #[arg(long, value_name = "KIND", value_enum)]
+    pub generate: Option<generate::Kind>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -98,7 +102,7 @@ pub struct FlockCli {
 #[derive(Debug, Args, PartialEq)]
 pub struct RunArgs {
     /// Exclusive lock (the default)
-    #[arg(short = 'x', long, short_alias = 'e', overrides_with_all = ["shared", "unlock"],
+    #[arg(short = 'x', long, visible_short_alias = 'e', overrides_with_all = ["shared", "unlock"],
           help_heading = "Lock")]
     exclusive: bool,
 
@@ -128,7 +132,7 @@ pub struct RunArgs {
     fd: Option<i32>,
 
     /// Fail at once if the lock is held
-    #[arg(short = 'n', long = "nonblock", aliases = ["nb", "nonblocking"], help_heading = "Waiting")]
+    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"], help_heading = "Waiting")]
     nonblock: bool,
 
     /// Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5; at most 100 years); 0 is -n [default: wait for ever]
@@ -183,14 +187,6 @@ pub struct RunArgs {
     #[arg(short, long, overrides_with = "quiet", help_heading = "Output")]
     verbose: bool,
 
-    /// etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "etcd")]
-    ttl: Option<Duration>,
-
-    /// etcd lock URL only: after a lost lock, SIGKILL the command this long after SIGTERM [default: 5s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "etcd")]
-    kill_grace: Option<Duration>,
-
     /// Lock file (created if missing, never deleted), a directory, or an open FD number
     #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
@@ -199,6 +195,18 @@ pub struct RunArgs {
     #[arg(value_name = "COMMAND", index = 2, trailing_var_arg = true, allow_hyphen_values = true,
           value_parser = clap::value_parser!(OsString))]
     command: Vec<OsString>,
+}
+
+/// The options of lock URLs, only in a build that has them.
+#[derive(Debug, Args, PartialEq, Default)]
+pub struct EtcdArgs {
+    /// etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "etcd")]
+    ttl: Option<Duration>,
+
+    /// etcd lock URL only: after a lost lock, SIGKILL the command this long after SIGTERM [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "etcd")]
+    kill_grace: Option<Duration>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -258,6 +266,8 @@ pub enum Invocation {
         probe: bool,
         target: LockTarget,
     },
+    /// `--generate KIND`: print a man page or completion script.
+    Generate(generate::Kind),
     /// --help or --version: already printed.
     Done,
 }
@@ -311,11 +321,9 @@ pub fn command_for(with_etcd: bool) -> clap::Command {
     after.push_str(if with_etcd { EXIT_STATUS_ETCD } else { "." });
     let cmd = Cli::command().after_help(after);
     if !with_etcd {
-        return cmd
-            .mut_arg("ttl", |a| a.hide(true))
-            .mut_arg("kill_grace", |a| a.hide(true));
+        return cmd;
     }
-    cmd.mut_arg("target", |a| {
+    EtcdArgs::augment_args(cmd).mut_arg("target", |a| {
         a.help("Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME")
     })
     .mut_subcommand("holder", |c| {
@@ -420,20 +428,30 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let as_flock = persona::is_flock_name(args.first().map(OsString::as_os_str));
     if let Some(plain) = parse_plain_run(&args, !as_flock) {
-        return run_invocation(plain, as_flock);
+        return run_invocation(plain, EtcdArgs::default(), as_flock);
     }
     if as_flock {
         let matches = FlockCli::command().try_get_matches_from(args);
         return match matches.and_then(|m| FlockCli::from_arg_matches(&m)) {
-            Ok(cli) => run_invocation(cli.run, true),
+            Ok(cli) => run_invocation(cli.run, EtcdArgs::default(), true),
             Err(e) => clap_failure(e),
         };
     }
-    let matches = command().try_get_matches_from(args);
-    let cli = match matches.and_then(|m| Cli::from_arg_matches(&m)) {
-        Ok(cli) => cli,
+    let parsed = command().try_get_matches_from(args).and_then(|m| {
+        let etcd = if etcd::ENABLED {
+            EtcdArgs::from_arg_matches(&m)?
+        } else {
+            EtcdArgs::default()
+        };
+        Ok((Cli::from_arg_matches(&m)?, etcd))
+    });
+    let (cli, etcd_args) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => return clap_failure(e),
     };
+    if let Some(kind) = cli.generate {
+        return Ok(Invocation::Generate(kind));
+    }
     match cli.inspect {
         Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder {
             json,
@@ -453,7 +471,7 @@ where
             probe,
             target: LockTarget::parse(path.into_os_string())?,
         }),
-        None => run_invocation(cli.run, false),
+        None => run_invocation(cli.run, etcd_args, false),
     }
 }
 
@@ -496,8 +514,6 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         no_record: false,
         quiet: false,
         verbose: false,
-        ttl: None,
-        kill_grace: None,
         target: None,
         command: Vec::new(),
     };
@@ -559,7 +575,11 @@ fn is_dashed(arg: &OsString) -> bool {
     arg.as_bytes().starts_with(b"-")
 }
 
-fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failure> {
+fn run_invocation(
+    mut args: RunArgs,
+    etcd_args: EtcdArgs,
+    as_flock: bool,
+) -> Result<Invocation, Failure> {
     let usage = |message: &str| {
         usage_failure(Cli::command().error(ErrorKind::MissingRequiredArgument, message))
     };
@@ -674,15 +694,15 @@ fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failu
         Some(_) => PathBuf::from(target),
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
-            LockTarget::Etcd(url) => return etcd_run(url, args, mode, wait, command, quiet),
+            LockTarget::Etcd(url) => {
+                return etcd_run(url, args, etcd_args, mode, wait, command, quiet);
+            }
         },
     };
-    if args.ttl.is_some() || args.kill_grace.is_some() {
-        return Err(usage(if etcd::ENABLED {
-            "--ttl and --kill-grace apply only to etcd:// lock URLs"
-        } else {
-            "--ttl and --kill-grace apply only to lock URLs, which this lockrun was built without"
-        }));
+    if etcd_args != EtcdArgs::default() {
+        return Err(usage(
+            "--ttl and --kill-grace apply only to etcd:// lock URLs",
+        ));
     }
     Ok(Invocation::Run(RunOptions {
         path,
@@ -706,6 +726,7 @@ fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failu
 fn etcd_run(
     url: EtcdUrl,
     args: RunArgs,
+    etcd_args: EtcdArgs,
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
@@ -740,8 +761,8 @@ fn etcd_run(
         quiet,
         verbose: args.verbose,
         write_record: !args.no_record,
-        ttl: args.ttl.unwrap_or(etcd::DEFAULT_TTL),
-        kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
+        ttl: etcd_args.ttl.unwrap_or(etcd::DEFAULT_TTL),
+        kill_grace: etcd_args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
     }))
 }
 

@@ -13,6 +13,7 @@ pub mod display;
 pub mod etcd;
 pub mod exit_codes;
 pub mod fd_mode;
+pub mod generate;
 pub mod identity;
 pub mod inspect;
 pub mod lock;
