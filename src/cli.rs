@@ -425,11 +425,12 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let as_flock = persona::is_flock_name(args.first().map(OsString::as_os_str));
     if let Some(plain) = parse_plain_run(&args, !as_flock) {
         return run_invocation(plain, EtcdArgs::default(), as_flock);
     }
+    end_options_at_the_fd_command(&mut args);
     if as_flock {
         let matches = FlockCli::command().try_get_matches_from(args);
         return match matches.and_then(|m| FlockCli::from_arg_matches(&m)) {
@@ -472,6 +473,54 @@ where
             target: LockTarget::parse(path.into_os_string())?,
         }),
         None => run_invocation(cli.run, etcd_args, false),
+    }
+}
+
+/// With `--fd N`, the first non-option is the command, and everything
+/// from it on is the command's (`--fd 9 grep -n x`), as flock(1) reads it.
+/// clap would read options up to the second positional, so a `--` goes in
+/// before the command.
+fn end_options_at_the_fd_command(args: &mut Vec<OsString>) {
+    const TAKES_VALUE: [&str; 11] = [
+        "--timeout",
+        "--wait",
+        "--poll",
+        "--conflict-exit-code",
+        "--command",
+        "--start",
+        "--length",
+        "--fd",
+        "--ttl",
+        "--kill-grace",
+        "--generate",
+    ];
+    let mut has_fd = false;
+    let mut i = 1;
+    while let Some(arg) = args.get(i) {
+        let Some(text) = arg.to_str() else { return };
+        if text == "--" || !text.starts_with('-') || text == "-" {
+            if has_fd && text != "--" {
+                args.insert(i, OsString::from("--"));
+            }
+            return;
+        }
+        if let Some(long) = text.strip_prefix("--") {
+            let name = long.split('=').next().unwrap_or(long);
+            has_fd |= name == "fd";
+            if !long.contains('=') && TAKES_VALUE.contains(&text) {
+                i += 1;
+            }
+        } else {
+            // A cluster: a value-taking letter takes the rest, or the next
+            // argument when it is last.
+            let letters = &text[1..];
+            if let Some(at) = letters.find(['w', 'E', 'c'])
+                && at + 1 == letters.len()
+            {
+                i += 1;
+            }
+        }
+        i += 1;
     }
 }
 
@@ -876,6 +925,12 @@ mod tests {
         assert_eq!(opts.lock.fd, Some(0));
         assert_eq!(opts.command, ["true", "x"]);
         assert!(!opts.write_record);
+        let opts = run(&["--fd", "0", "grep", "-n", "-c", "x", "--", "y"]);
+        assert_eq!(opts.command, ["grep", "-n", "-c", "x", "--", "y"]);
+        assert!(!opts.wait.nonblocking);
+        let opts = run(&["-w1", "--fd=0", "-nE", "3", "sh", "-c", "x"]);
+        assert_eq!(opts.command, ["sh", "-c", "x"]);
+        assert_eq!(opts.conflict_status, 3);
         let opts = run(&["--fd", "0", "-c", "echo hi"]);
         assert_eq!(
             opts.command.last().map(|c| c.as_os_str()),

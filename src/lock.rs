@@ -290,14 +290,17 @@ fn take(file: &File, kind: LockKind, mode: LockMode, block: bool) -> io::Result<
                 {
                     Ok(false)
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EBADF) && kind == libc::F_WRLCK => {
-                    Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "{e} (an exclusive --fcntl lock needs a descriptor open for writing; \
-                             open it with <> or >>, or take a shared lock with -s)"
-                        ),
-                    ))
+                // fcntl(2): a write lock needs a descriptor open for
+                // writing, a read lock one open for reading.
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    let need = if kind == libc::F_WRLCK {
+                        "an exclusive --fcntl lock needs a descriptor open for writing; \
+                         open it with <> or >>, or take a shared lock with -s"
+                    } else {
+                        "a shared --fcntl lock needs a descriptor open for reading; \
+                         open it with < or <>"
+                    };
+                    Err(io::Error::new(e.kind(), format!("{e} ({need})")))
                 }
                 Err(e) => Err(e),
             }

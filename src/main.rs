@@ -33,6 +33,7 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
             failure.status
         }
     };
+    persona::flush_stdout();
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(status));
 }
