@@ -676,7 +676,8 @@ fn run_invocation(
         &args.shell_command,
         args.fd,
     ) {
-        if args.no_fork || args.close || args.no_record {
+        // flock(1) ignores them there; lockrun says they do nothing.
+        if (args.no_fork || args.close || args.no_record) && !as_flock {
             return Err(usage(
                 "-F, -o and --no-record need a LOCKFILE and a COMMAND",
             ));

@@ -519,15 +519,24 @@ Durations also take units (\\fB250ms\\fR, \\fB1m30s\\fR); \\fB\\-\\-poll\\fR,
 lockrun's own.
 .PP
 Invoked under the name \\fBflock\\fR (a symbolic link or copy named flock),
-lockrun behaves as flock(1) in all of the above but the refusal of unsafe lock
-files and the record: status 1 on a conflict, silence on a conflict or timeout,
-flock(1)'s \\fB\\-\\-verbose\\fR lines and exit statuses, and no subcommands.
+lockrun is flock(1) wherever the two differ: status 1 on a conflict or timeout
+and nothing printed, flock(1)'s \\fB\\-\\-verbose\\fR lines on stdout, its exit
+statuses (69 command not run, 65 lock call failed, 128+\\fIN\\fR command killed),
+and no subcommands. It still writes the holder record, refuses unsafe lock
+files and forwards signals. To have it stand in for flock(1):
+.PP
+.RS
+.EX
+ln \\-s \\(dq$(command \\-v lockrun)\\(dq /usr/local/bin/flock
+.EE
+.RE
 .SS Network file systems
 On NFS, flock(2) locks are emulated with byte\\-range locks on the server, so
 they exclude holders on other clients, but a holder on another machine never
 appears in this machine's lock table: \\fBholder\\fR and \\fBcheck\\fR say
-\\fBunknown\\fR (exit 69) rather than free. \\fB\\-\\-poll\\fR helps where
-blocking waits are unreliable.
+\\fBunknown\\fR (exit 69) rather than free. An exclusive lock there needs the file open for
+writing, so lockrun opens it read\\-write on NFS where it may.
+\\fB\\-\\-poll\\fR helps where blocking waits are unreliable.
 .SS Durations
 A duration is seconds (\\fB10\\fR, \\fB0.5\\fR) or humantime text
 (\\fB250ms\\fR, \\fB1m30s\\fR); anything longer than 100 years counts as 100 years.

@@ -960,6 +960,8 @@ fn as_flock_exit_statuses_are_flocks() {
         "$T" 9 2>/dev/null; echo "closed fd=$?"
         "$T" "$F" 2>/dev/null; echo "no command=$?"
         "$T" -F -o "$F" true 2>/dev/null; echo "-F -o=$?"
+        "$T" -o 9 9>>"$F"; echo "fd form -o=$?"
+        "$T" -F 9 9>>"$F"; echo "fd form -F=$?"
         "#,
     );
 }
