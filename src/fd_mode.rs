@@ -59,8 +59,12 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
         Err(NotAcquired::Busy { waited }) => {
             persona::say_not_acquired(opts.verbose, waited);
             if !opts.quiet {
-                let holder = crate::progress::conflict_holder(&lock, &label);
-                eprintln!("lockrun: {}", crate::display::busy(&label, &holder, waited));
+                // Named by the file behind the descriptor, so that the
+                // `lockrun holder FILE` hint works.
+                let file = lock::describe_fd(opts.fd);
+                let file = crate::display::escape(&file.to_string_lossy());
+                let holder = crate::progress::conflict_holder(&lock, &file);
+                eprintln!("lockrun: {}", crate::display::busy(&file, &holder, waited));
             }
             Ok(opts.conflict_status)
         }

@@ -212,3 +212,26 @@ fn fd_then_command_locks_the_lent_descriptor_and_runs_the_command() {
     // No record in a lent descriptor's file.
     assert_eq!(std::fs::read(&lock).unwrap(), b"");
 }
+
+/// fd mode's conflict message names the file behind the descriptor, so its
+/// `lockrun holder FILE` hint can be followed (issue 19 item 6).
+#[test]
+fn fd_mode_names_the_file_behind_the_descriptor_on_conflict() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = Command::new(bin())
+        .args(["--no-record"])
+        .arg(&lock)
+        .args(["sh", "-c", r#""$T" -n 9 9>>"$L""#])
+        .env("T", bin())
+        .env("L", &lock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = lock.canonicalize().unwrap();
+    assert!(
+        err.contains(&format!("`lockrun holder {}`", file.display())),
+        "{err}"
+    );
+}
