@@ -745,7 +745,15 @@ fn run_invocation(
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
             LockTarget::Etcd(url) => {
-                return etcd_run(url, args, etcd_args, mode, wait, command, quiet);
+                return etcd_run(
+                    url,
+                    args,
+                    etcd_args,
+                    mode,
+                    wait,
+                    command,
+                    (quiet, conflict_status),
+                );
             }
         },
     };
@@ -780,7 +788,7 @@ fn etcd_run(
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
-    quiet: bool,
+    (quiet, conflict_status): (bool, u8),
 ) -> Result<Invocation, Failure> {
     let usage =
         |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
@@ -806,7 +814,7 @@ fn etcd_run(
         url,
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
-        conflict_status: args.conflict_exit_code.unwrap_or(exit_codes::CONFLICT),
+        conflict_status,
         command,
         quiet,
         verbose: args.verbose,
