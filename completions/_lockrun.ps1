@@ -21,6 +21,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
 
     $completions = @(switch ($command) {
         'lockrun' {
+            [CompletionResult]::new('--generate', '--generate', [CompletionResultType]::ParameterName, 'Print the man page or a shell completion script of this build, then exit')
             [CompletionResult]::new('--start', '--start', [CompletionResultType]::ParameterName, 'Lock bytes from OFFSET on (implies --fcntl) [default: 0]')
             [CompletionResult]::new('--length', '--length', [CompletionResultType]::ParameterName, 'Lock N bytes (implies --fcntl); 0 is to the end of the file [default: 0]')
             [CompletionResult]::new('--fd', '--fd', [CompletionResultType]::ParameterName, 'Lock the inherited descriptor FD, then run COMMAND')
@@ -33,14 +34,9 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)')
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)')
             [CompletionResult]::new('--max-time', '--max-time', [CompletionResultType]::ParameterName, 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124')
-            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]')
-            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]')
-            [CompletionResult]::new('--cacert', '--cacert', [CompletionResultType]::ParameterName, 'etcd lock URL only: verify the server''s certificate with this CA (TLS; default: the system''s roots)')
-            [CompletionResult]::new('--cert', '--cert', [CompletionResultType]::ParameterName, 'etcd lock URL only: client certificate (TLS), with --key')
-            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'etcd lock URL only: the client certificate''s private key')
-            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)')
-            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'etcd lock URL only: read the --user password from FILE (first line)')
+            [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]')
             [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
+            [CompletionResult]::new('-e', '-e', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared lock: many holders at once, no exclusive holder')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Shared lock: many holders at once, no exclusive holder')
@@ -49,6 +45,8 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             [CompletionResult]::new('--fcntl', '--fcntl', [CompletionResultType]::ParameterName, 'Take an open-file-description lock (fcntl F_OFD_SETLK) instead of flock(2)')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
             [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--nb', '--nb', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--nonblocking', '--nonblocking', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Do not let the command inherit the lock (it lives only as long as lockrun)')
             [CompletionResult]::new('--close', '--close', [CompletionResultType]::ParameterName, 'Do not let the command inherit the lock (it lives only as long as lockrun)')
             [CompletionResult]::new('-F', '-F ', [CompletionResultType]::ParameterName, 'Exec the command in place of lockrun; it keeps the lock descriptor')

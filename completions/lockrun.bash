@@ -29,12 +29,16 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-x -s -u -n -w -E -c -o -F -q -v -h -V --exclusive --shared --unlock --fcntl --start --length --fd --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --quiet --verbose --max-time --ttl --kill-grace --cacert --cert --key --user --password-file --help --version holder check"
+            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --quiet --verbose --max-time --kill-grace --help --version holder check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --generate)
+                    COMPREPLY=($(compgen -W "man complete-bash complete-zsh complete-fish complete-elvish complete-powershell" -- "${cur}"))
+                    return 0
+                    ;;
                 --start)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -83,31 +87,7 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --kill-grace)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --cacert)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --cert)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --user)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -18,6 +18,7 @@ set edit:completion:arg-completer[lockrun] = {|@words|
     }
     var completions = [
         &'lockrun'= {
+            cand --generate 'Print the man page or a shell completion script of this build, then exit'
             cand --start 'Lock bytes from OFFSET on (implies --fcntl) [default: 0]'
             cand --length 'Lock N bytes (implies --fcntl); 0 is to the end of the file [default: 0]'
             cand --fd 'Lock the inherited descriptor FD, then run COMMAND'
@@ -30,14 +31,9 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand -c 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)'
             cand --command 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)'
             cand --max-time 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124'
-            cand --ttl 'etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]'
-            cand --kill-grace 'After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]'
-            cand --cacert 'etcd lock URL only: verify the server''s certificate with this CA (TLS; default: the system''s roots)'
-            cand --cert 'etcd lock URL only: client certificate (TLS), with --key'
-            cand --key 'etcd lock URL only: the client certificate''s private key'
-            cand --user 'etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)'
-            cand --password-file 'etcd lock URL only: read the --user password from FILE (first line)'
+            cand --kill-grace 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]'
             cand -x 'Exclusive lock (the default)'
+            cand -e 'Exclusive lock (the default)'
             cand --exclusive 'Exclusive lock (the default)'
             cand -s 'Shared lock: many holders at once, no exclusive holder'
             cand --shared 'Shared lock: many holders at once, no exclusive holder'
@@ -46,6 +42,8 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand --fcntl 'Take an open-file-description lock (fcntl F_OFD_SETLK) instead of flock(2)'
             cand -n 'Fail at once if the lock is held'
             cand --nonblock 'Fail at once if the lock is held'
+            cand --nb 'Fail at once if the lock is held'
+            cand --nonblocking 'Fail at once if the lock is held'
             cand -o 'Do not let the command inherit the lock (it lives only as long as lockrun)'
             cand --close 'Do not let the command inherit the lock (it lives only as long as lockrun)'
             cand -F 'Exec the command in place of lockrun; it keeps the lock descriptor'

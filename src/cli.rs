@@ -4,6 +4,7 @@
 use crate::etcd::{self, EtcdUrl};
 use crate::exit_codes::{self, Failure};
 use crate::fd_mode::FdOptions;
+use crate::generate;
 use crate::lock::{self, LockKind, LockMode, LockSpec};
 use crate::persona;
 use crate::run::RunOptions;
@@ -75,6 +76,9 @@ const LONGEST_TTL: Duration = Duration::from_secs(9_000_000_000);
 pub struct Cli {
     #[command(subcommand)]
     pub inspect: Option<Inspect>,
+    /// Print the man page or a shell completion script of this build, then exit
+    #[arg(long, value_name = "KIND", value_enum)]
+    pub generate: Option<generate::Kind>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -98,7 +102,7 @@ pub struct FlockCli {
 #[derive(Debug, Args, PartialEq)]
 pub struct RunArgs {
     /// Exclusive lock (the default)
-    #[arg(short = 'x', long, short_alias = 'e', overrides_with_all = ["shared", "unlock"],
+    #[arg(short = 'x', long, visible_short_alias = 'e', overrides_with_all = ["shared", "unlock"],
           help_heading = "Lock")]
     exclusive: bool,
 
@@ -128,7 +132,7 @@ pub struct RunArgs {
     fd: Option<i32>,
 
     /// Fail at once if the lock is held
-    #[arg(short = 'n', long = "nonblock", aliases = ["nb", "nonblocking"], help_heading = "Waiting")]
+    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"], help_heading = "Waiting")]
     nonblock: bool,
 
     /// Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5; at most 100 years); 0 is -n [default: wait for ever]
@@ -188,13 +192,26 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
     max_time: Option<Duration>,
 
+    /// After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
+    kill_grace: Option<Duration>,
+
+    /// Lock file (created if missing, never deleted), a directory, or an open FD number
+    #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
+    target: Option<OsString>,
+
+    /// The command and its arguments; everything from here on is the command's
+    #[arg(value_name = "COMMAND", index = 2, trailing_var_arg = true, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(OsString))]
+    command: Vec<OsString>,
+}
+
+/// The options of lock URLs, only in a build that has them.
+#[derive(Debug, Args, PartialEq, Default)]
+pub struct EtcdArgs {
     /// etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "etcd")]
     ttl: Option<Duration>,
-
-    /// After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
-    kill_grace: Option<Duration>,
 
     /// etcd lock URL only: verify the server's certificate with this CA (TLS; default: the system's roots)
     #[arg(long, value_name = "FILE", help_heading = "etcd")]
@@ -215,15 +232,6 @@ pub struct RunArgs {
     /// etcd lock URL only: read the --user password from FILE (first line)
     #[arg(long, value_name = "FILE", help_heading = "etcd")]
     password_file: Option<PathBuf>,
-
-    /// Lock file (created if missing, never deleted), a directory, or an open FD number
-    #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
-    target: Option<OsString>,
-
-    /// The command and its arguments; everything from here on is the command's
-    #[arg(value_name = "COMMAND", index = 2, trailing_var_arg = true, allow_hyphen_values = true,
-          value_parser = clap::value_parser!(OsString))]
-    command: Vec<OsString>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -283,6 +291,8 @@ pub enum Invocation {
         probe: bool,
         target: LockTarget,
     },
+    /// `--generate KIND`: print a man page or completion script.
+    Generate(generate::Kind),
     /// --help or --version: already printed.
     Done,
 }
@@ -335,11 +345,9 @@ pub fn command_for(with_etcd: bool) -> clap::Command {
     after.push_str(if with_etcd { EXIT_STATUS_ETCD } else { "." });
     let cmd = Cli::command().after_help(after);
     if !with_etcd {
-        return cmd
-            .mut_arg("ttl", |a| a.hide(true))
-            .mut_arg("kill_grace", |a| a.hide(true));
+        return cmd;
     }
-    cmd.mut_arg("target", |a| {
+    EtcdArgs::augment_args(cmd).mut_arg("target", |a| {
         a.help("Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME")
     })
     .mut_subcommand("holder", |c| {
@@ -441,23 +449,34 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let as_flock = persona::is_flock_name(args.first().map(OsString::as_os_str));
     if let Some(plain) = parse_plain_run(&args, !as_flock) {
-        return run_invocation(plain, as_flock);
+        return run_invocation(plain, EtcdArgs::default(), as_flock);
     }
+    end_options_at_the_fd_command(&mut args);
     if as_flock {
         let matches = FlockCli::command().try_get_matches_from(args);
         return match matches.and_then(|m| FlockCli::from_arg_matches(&m)) {
-            Ok(cli) => run_invocation(cli.run, true),
+            Ok(cli) => run_invocation(cli.run, EtcdArgs::default(), true),
             Err(e) => clap_failure(e),
         };
     }
-    let matches = command().try_get_matches_from(args);
-    let cli = match matches.and_then(|m| Cli::from_arg_matches(&m)) {
-        Ok(cli) => cli,
+    let parsed = command().try_get_matches_from(args).and_then(|m| {
+        let etcd = if etcd::ENABLED {
+            EtcdArgs::from_arg_matches(&m)?
+        } else {
+            EtcdArgs::default()
+        };
+        Ok((Cli::from_arg_matches(&m)?, etcd))
+    });
+    let (cli, etcd_args) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => return clap_failure(e),
     };
+    if let Some(kind) = cli.generate {
+        return Ok(Invocation::Generate(kind));
+    }
     match cli.inspect {
         Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder {
             json,
@@ -477,7 +496,55 @@ where
             probe,
             target: LockTarget::parse(path.into_os_string())?,
         }),
-        None => run_invocation(cli.run, false),
+        None => run_invocation(cli.run, etcd_args, false),
+    }
+}
+
+/// With `--fd N`, the first non-option is the command, and everything
+/// from it on is the command's (`--fd 9 grep -n x`), as flock(1) reads it.
+/// clap would read options up to the second positional, so a `--` goes in
+/// before the command.
+fn end_options_at_the_fd_command(args: &mut Vec<OsString>) {
+    const TAKES_VALUE: [&str; 11] = [
+        "--timeout",
+        "--wait",
+        "--poll",
+        "--conflict-exit-code",
+        "--command",
+        "--start",
+        "--length",
+        "--fd",
+        "--ttl",
+        "--kill-grace",
+        "--generate",
+    ];
+    let mut has_fd = false;
+    let mut i = 1;
+    while let Some(arg) = args.get(i) {
+        let Some(text) = arg.to_str() else { return };
+        if text == "--" || !text.starts_with('-') || text == "-" {
+            if has_fd && text != "--" {
+                args.insert(i, OsString::from("--"));
+            }
+            return;
+        }
+        if let Some(long) = text.strip_prefix("--") {
+            let name = long.split('=').next().unwrap_or(long);
+            has_fd |= name == "fd";
+            if !long.contains('=') && TAKES_VALUE.contains(&text) {
+                i += 1;
+            }
+        } else {
+            // A cluster: a value-taking letter takes the rest, or the next
+            // argument when it is last.
+            let letters = &text[1..];
+            if let Some(at) = letters.find(['w', 'E', 'c'])
+                && at + 1 == letters.len()
+            {
+                i += 1;
+            }
+        }
+        i += 1;
     }
 }
 
@@ -521,13 +588,7 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         quiet: false,
         verbose: false,
         max_time: None,
-        ttl: None,
         kill_grace: None,
-        cacert: None,
-        cert: None,
-        key: None,
-        user: None,
-        password_file: None,
         target: None,
         command: Vec::new(),
     };
@@ -589,7 +650,11 @@ fn is_dashed(arg: &OsString) -> bool {
     arg.as_bytes().starts_with(b"-")
 }
 
-fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failure> {
+fn run_invocation(
+    mut args: RunArgs,
+    etcd_args: EtcdArgs,
+    as_flock: bool,
+) -> Result<Invocation, Failure> {
     let usage = |message: &str| {
         usage_failure(Cli::command().error(ErrorKind::MissingRequiredArgument, message))
     };
@@ -637,7 +702,8 @@ fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failu
         &args.shell_command,
         args.fd,
     ) {
-        if args.no_fork || args.close || args.no_record {
+        // flock(1) ignores them there; lockrun says they do nothing.
+        if (args.no_fork || args.close || args.no_record) && !as_flock {
             return Err(usage(
                 "-F, -o and --no-record need a LOCKFILE and a COMMAND",
             ));
@@ -704,15 +770,23 @@ fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failu
         Some(_) => PathBuf::from(target),
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
-            LockTarget::Etcd(url) => return etcd_run(url, args, mode, wait, command, quiet),
+            LockTarget::Etcd(url) => {
+                return etcd_run(
+                    url,
+                    args,
+                    etcd_args,
+                    mode,
+                    wait,
+                    command,
+                    (quiet, conflict_status),
+                );
+            }
         },
     };
-    if args.ttl.is_some() {
-        return Err(usage(if etcd::ENABLED {
-            "--ttl applies only to etcd:// lock URLs"
-        } else {
-            "--ttl applies only to lock URLs, which this lockrun was built without"
-        }));
+    if etcd_args != EtcdArgs::default() {
+        return Err(usage(
+            "--ttl, --cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
+        ));
     }
     if args.kill_grace.is_some() && args.max_time.is_none() {
         return Err(usage(
@@ -722,16 +796,6 @@ fn run_invocation(mut args: RunArgs, as_flock: bool) -> Result<Invocation, Failu
     if args.max_time.is_some() && args.no_fork {
         return Err(usage(
             "--max-time cannot be used with -F: nobody would be left to stop the command",
-        ));
-    }
-    if args.cacert.is_some()
-        || args.cert.is_some()
-        || args.key.is_some()
-        || args.user.is_some()
-        || args.password_file.is_some()
-    {
-        return Err(usage(
-            "--cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
         ));
     }
     Ok(Invocation::Run(RunOptions {
@@ -761,10 +825,11 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 fn etcd_run(
     url: EtcdUrl,
     args: RunArgs,
+    etcd_args: EtcdArgs,
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
-    quiet: bool,
+    (quiet, conflict_status): (bool, u8),
 ) -> Result<Invocation, Failure> {
     let usage =
         |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
@@ -788,23 +853,23 @@ fn etcd_run(
     }
     let url = url
         .with_flags(&etcd::AccessFlags {
-            cacert: args.cacert,
-            cert: args.cert,
-            key: args.key,
-            user: args.user,
-            password_file: args.password_file,
+            cacert: etcd_args.cacert,
+            cert: etcd_args.cert,
+            key: etcd_args.key,
+            user: etcd_args.user,
+            password_file: etcd_args.password_file,
         })
         .map_err(|e| Failure::new(exit_codes::USAGE, e))?;
     Ok(Invocation::EtcdRun(etcd::RunOptions {
         url,
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
-        conflict_status: args.conflict_exit_code.unwrap_or(exit_codes::CONFLICT),
+        conflict_status,
         command,
         quiet,
         verbose: args.verbose,
         write_record: !args.no_record,
-        ttl: args.ttl.unwrap_or(etcd::DEFAULT_TTL),
+        ttl: etcd_args.ttl.unwrap_or(etcd::DEFAULT_TTL),
         kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
         max_time: args.max_time,
     }))
@@ -920,6 +985,12 @@ mod tests {
         assert_eq!(opts.lock.fd, Some(0));
         assert_eq!(opts.command, ["true", "x"]);
         assert!(!opts.write_record);
+        let opts = run(&["--fd", "0", "grep", "-n", "-c", "x", "--", "y"]);
+        assert_eq!(opts.command, ["grep", "-n", "-c", "x", "--", "y"]);
+        assert!(!opts.wait.nonblocking);
+        let opts = run(&["-w1", "--fd=0", "-nE", "3", "sh", "-c", "x"]);
+        assert_eq!(opts.command, ["sh", "-c", "x"]);
+        assert_eq!(opts.conflict_status, 3);
         let opts = run(&["--fd", "0", "-c", "echo hi"]);
         assert_eq!(
             opts.command.last().map(|c| c.as_os_str()),

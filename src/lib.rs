@@ -14,6 +14,7 @@ pub mod backend;
 pub mod cli;
 pub mod display;
 pub mod exit_codes;
+pub mod generate;
 pub mod identity;
 pub mod inspect;
 pub mod persona;

@@ -35,6 +35,7 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
             failure.status
         }
     };
+    persona::flush_stdout();
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(status));
 }
@@ -66,6 +67,14 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
             probe,
             target,
         } => check(json, quiet, probe, &target).map(Ending::Status),
+        Invocation::Generate(kind) => {
+            let text = lockrun::generate::render(kind);
+            let mut out = std::io::stdout().lock();
+            out.write_all(&text)
+                .and_then(|()| out.flush())
+                .map_err(|e| Failure::new(exit_codes::OS_ERROR, format!("cannot write: {e}")))?;
+            Ok(Ending::Status(0))
+        }
         Invocation::Done => Ok(Ending::Status(0)),
     }
 }

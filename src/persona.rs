@@ -13,6 +13,7 @@ use crate::lock::LockMode;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -46,17 +47,41 @@ pub fn name() -> &'static str {
     if is_flock() { "flock" } else { "lockrun" }
 }
 
+/// flock(1)'s stdout lines not yet written. flock(1) prints them with
+/// stdio: line by line on a terminal, otherwise buffered until it exits,
+/// so after the command's own output (and never, with `-F`, whose exec
+/// drops the buffer). Held here the same way, for `flush_stdout` at exit.
+static PENDING: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+fn print_flock_line(line: std::fmt::Arguments<'_>) {
+    // SAFETY: isatty only looks at the descriptor.
+    if unsafe { libc::isatty(1) } == 1 {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_fmt(line);
+        let _ = out.flush();
+    } else if let Ok(mut pending) = PENDING.lock() {
+        let _ = pending.write_fmt(line);
+    }
+}
+
+/// Writes what `print_flock_line` held back; called as lockrun exits.
+pub fn flush_stdout() {
+    if let Ok(mut pending) = PENDING.lock()
+        && !pending.is_empty()
+    {
+        let _ = std::io::stdout().lock().write_all(&pending);
+        pending.clear();
+    }
+}
+
 /// `-v` once the lock is held. flock(1) prints its line on stdout.
 pub fn say_acquired(mode: LockMode, label: &str, waited: Duration) {
     if is_flock() {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "flock: getting lock took {}.{:06} seconds",
+        print_flock_line(format_args!(
+            "flock: getting lock took {}.{:06} seconds\n",
             waited.as_secs(),
             waited.subsec_micros()
-        );
-        let _ = out.flush();
+        ));
     } else {
         eprintln!(
             "lockrun: took the {} lock on {label} after {}",
@@ -70,9 +95,10 @@ pub fn say_acquired(mode: LockMode, label: &str, waited: Duration) {
 /// lockrun has said enough.
 pub fn say_executing(program: &OsStr) {
     if is_flock() {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "flock: executing {}", program.to_string_lossy());
-        let _ = out.flush();
+        print_flock_line(format_args!(
+            "flock: executing {}\n",
+            program.to_string_lossy()
+        ));
     }
 }
 

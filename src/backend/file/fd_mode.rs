@@ -52,8 +52,12 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
         Err(NotAcquired::Busy { waited }) => {
             persona::say_not_acquired(opts.verbose, waited);
             if !opts.quiet {
-                let holder = crate::progress::conflict_holder(backend.lock(), &label);
-                eprintln!("lockrun: {}", display::busy(&label, &holder, waited));
+                // Named by the file behind the descriptor, so that the
+                // `lockrun holder FILE` hint works.
+                let file = lock::describe_fd(opts.fd);
+                let file = display::escape(&file.to_string_lossy());
+                let holder = crate::progress::conflict_holder(backend.lock(), &file);
+                eprintln!("lockrun: {}", display::busy(&file, &holder, waited));
             }
             Ok(opts.conflict_status)
         }

@@ -136,7 +136,8 @@ impl LockFile {
         } else {
             OFlags::CLOEXEC
         };
-        let fd = open_safely(path, access, cloexec, write)?;
+        let flock_exclusive = spec.kind == LockKind::Flock && mode == LockMode::Exclusive;
+        let fd = open_safely(path, access, cloexec, write, flock_exclusive)?;
         let file = File::from(fd);
         // Check what we opened through the descriptor, never through the
         // path: the path can be swapped between a stat and an open.
@@ -320,14 +321,17 @@ fn take(file: &File, kind: LockKind, mode: LockMode, block: bool) -> io::Result<
                 {
                     Ok(false)
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EBADF) && kind == libc::F_WRLCK => {
-                    Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "{e} (an exclusive --fcntl lock needs a descriptor open for writing; \
-                             open it with <> or >>, or take a shared lock with -s)"
-                        ),
-                    ))
+                // fcntl(2): a write lock needs a descriptor open for
+                // writing, a read lock one open for reading.
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    let need = if kind == libc::F_WRLCK {
+                        "an exclusive --fcntl lock needs a descriptor open for writing; \
+                         open it with <> or >>, or take a shared lock with -s"
+                    } else {
+                        "a shared --fcntl lock needs a descriptor open for reading; \
+                         open it with < or <>"
+                    };
+                    Err(io::Error::new(e.kind(), format!("{e} ({need})")))
                 }
                 Err(e) => Err(e),
             }
@@ -379,6 +383,7 @@ fn open_safely(
     access: OFlags,
     cloexec: OFlags,
     write: bool,
+    flock_exclusive: bool,
 ) -> Result<OwnedFd, Failure> {
     let flags = access | OFlags::NOCTTY | cloexec;
     // Another process may create or remove the file between our attempts;
@@ -422,6 +427,19 @@ fn open_safely(
             FileType::Symlink => return Err(open_failure(path, Errno::LOOP, write)),
             other => return Err(refuse_special(path, other)),
         };
+        // NFS emulates flock(2) with byte-range locks, and an exclusive
+        // one needs a descriptor open for writing (EBADF otherwise, since
+        // Linux 3.4). flock(1) reopens read-write after the EBADF; lockrun
+        // asks the file system first. Read-only where writing is refused.
+        if flock_exclusive
+            && file_type == FileType::RegularFile
+            && rustix::fs::fstatfs(&probe).is_ok_and(|fs| fs.f_type == NFS_SUPER_MAGIC)
+        {
+            let rw = (flags - OFlags::RDONLY) | OFlags::RDWR;
+            if let Ok(fd) = reopen(&probe, path, rw, &stat) {
+                return Ok(fd);
+            }
+        }
         return reopen(&probe, path, flags, &stat).map_err(|e| open_failure(path, e, write));
     }
     Err(Failure::new(
@@ -432,6 +450,9 @@ fn open_safely(
         ),
     ))
 }
+
+#[cfg(target_os = "linux")]
+const NFS_SUPER_MAGIC: i64 = 0x6969;
 
 /// Opens the file an `O_PATH` descriptor stands for. Through /proc it is
 /// that very inode; without /proc (a bare chroot), by path again, checked
@@ -468,6 +489,7 @@ fn open_safely(
     access: OFlags,
     cloexec: OFlags,
     write: bool,
+    _flock_exclusive: bool,
 ) -> Result<OwnedFd, Failure> {
     let safe = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | cloexec;
     let mode = Mode::from_raw_mode(CREATE_MODE);
