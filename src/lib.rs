@@ -21,5 +21,6 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod sanitize;
 pub mod signals;
 pub mod wait;
