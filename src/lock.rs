@@ -101,10 +101,11 @@ impl LockFile {
 
     /// A second, writable descriptor on the same file, for the record only.
     /// It is close-on-exec, so the command never inherits it. Opened by path
-    /// again, so it is checked to be the very inode we locked.
+    /// again, so it is checked to be the very inode we locked. Readable too:
+    /// the release checks the record is still there before replacing it.
     pub fn open_for_writing(&self) -> io::Result<File> {
         let flags =
-            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         let file = File::from(rustix::fs::open(&self.path, flags, Mode::empty())?);
         let meta = file.metadata()?;
         if meta.dev() != self.dev || meta.ino() != self.ino || !meta.is_file() {

@@ -132,6 +132,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
                     file,
                     label: label.clone(),
                     failed: false,
+                    verbose: opts.verbose,
                 })
             }
             Err(reason) => {
@@ -301,6 +302,7 @@ struct Recording {
     label: String,
     /// A write failed and the user was told: do not write again.
     failed: bool,
+    verbose: bool,
 }
 
 impl Recording {
@@ -319,8 +321,13 @@ impl Recording {
         }
         self.record.released_at = Some(display::now_rfc3339());
         self.record.exit = Some(exit);
-        if let Err(e) = record::write(&self.file, &self.record.to_line(), len_now) {
-            warn_record_failed(&self.label, &e);
+        match record::write_release(&self.file, &self.record) {
+            Ok(record::Release::Written) => {}
+            Ok(record::Release::LeftAlone(why)) if self.verbose => {
+                eprintln!("lockrun: left {} as the command left it: {why}", self.label);
+            }
+            Ok(record::Release::LeftAlone(_)) => {}
+            Err(e) => warn_record_failed(&self.label, &e),
         }
     }
 }
