@@ -23,6 +23,7 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod sanitize;
 
 // The backends' modules under their short names.
 pub use backend::etcd;

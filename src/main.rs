@@ -130,7 +130,7 @@ fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8
 
 fn print_report(found: &inspect::Report, json: bool) {
     let text = if json {
-        serde_json::to_string(found).unwrap_or_default()
+        lockrun::sanitize::json(found).unwrap_or_default()
     } else {
         report::human(found)
     };

@@ -48,6 +48,7 @@ pub fn inspect(url: &EtcdUrl) -> Report {
                         mode: "exclusive",
                         command: record.command.clone(),
                         locked_by: None,
+                        span: None,
                     }];
                 }
             }

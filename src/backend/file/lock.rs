@@ -194,7 +194,7 @@ impl LockFile {
     /// again, so it is checked to be the very inode we locked.
     pub fn open_for_writing(&self) -> io::Result<File> {
         let flags =
-            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         let file = File::from(rustix::fs::open(&self.path, flags, Mode::empty())?);
         let meta = file.metadata()?;
         if meta.dev() != self.dev || meta.ino() != self.ino || !meta.is_file() {

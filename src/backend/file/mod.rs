@@ -179,6 +179,8 @@ impl Backend for FileBackend {
             lock: self.lock,
             record_file,
             inherit: self.inherit,
+            label: self.label,
+            verbose,
         })
     }
 }
@@ -188,6 +190,8 @@ pub struct FileHeld {
     /// The writable descriptor for the record, when one may be written.
     record_file: Option<File>,
     inherit: bool,
+    label: String,
+    verbose: bool,
 }
 
 impl Held for FileHeld {
@@ -195,20 +199,35 @@ impl Held for FileHeld {
         self.record_file.as_ref().map(|f| f.as_fd())
     }
 
-    fn store_record(&mut self, record: &Record, _released: bool) -> Result<(), String> {
+    fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
         let Some(file) = &self.record_file else {
             return Ok(());
         };
+        let len_now = file.metadata().map(|m| m.len()).ok();
+        if !released {
+            // -F: our own record, written before the exec.
+            return crate::run::signals::tolerating_file_size_limit(|| {
+                record::write(file, &record.to_line(), len_now)
+            })
+            .map_err(|e| e.to_string());
+        }
         // An empty file here means the command's process could not write
         // the record and has already said so: one warning is enough.
-        let len_now = file.metadata().map(|m| m.len()).ok();
-        if len_now == Some(0) && record.released_at.is_some() {
+        if len_now == Some(0) {
             return Err(String::new());
         }
-        crate::run::signals::tolerating_file_size_limit(|| {
-            record::write(file, &record.to_line(), len_now)
-        })
-        .map_err(|e| e.to_string())
+        match crate::run::signals::tolerating_file_size_limit(|| {
+            record::write_release(file, record)
+        }) {
+            Ok(record::Release::Written) => Ok(()),
+            Ok(record::Release::LeftAlone(why)) => {
+                if self.verbose {
+                    eprintln!("lockrun: left {} as the command left it: {why}", self.label);
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn inheritors(&self) -> Option<crate::run::supervise::Inheritors> {
