@@ -133,6 +133,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
     kill_grace: Option<Duration>,
 
+    /// Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = "Lock")]
+    slots: Option<u16>,
+
     /// Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME
     #[arg(value_name = "LOCKFILE", value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
@@ -320,6 +324,7 @@ fn parse_plain_run(args: &[OsString]) -> Option<RunArgs> {
         max_time: None,
         ttl: None,
         kill_grace: None,
+        slots: None,
         target: None,
         command: Vec::new(),
     };
@@ -426,9 +431,9 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
     // command is a file name.
     let fd = target.to_str().and_then(|t| t.parse::<i32>().ok());
     if let (Some(fd), true, None) = (fd, args.command.is_empty(), &args.shell_command) {
-        if args.no_fork || args.close || args.no_record {
+        if args.no_fork || args.close || args.no_record || args.slots.is_some() {
             return Err(usage(
-                "-F, -o and --no-record need a LOCKFILE and a COMMAND",
+                "-F, -o, --no-record and --slots need a LOCKFILE and a COMMAND",
             ));
         }
         return Ok(Invocation::Fd(FdOptions {
@@ -467,8 +472,16 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
     };
     let path = match LockTarget::parse(target)? {
         LockTarget::File(path) => path,
+        LockTarget::Etcd(_) if args.slots.is_some() => {
+            return Err(usage("--slots does not apply to etcd:// lock URLs yet"));
+        }
         LockTarget::Etcd(url) => return etcd_run(url, args, mode, wait, command),
     };
+    if args.slots.is_some() && (args.shared || args.no_fork) {
+        return Err(usage(
+            "--slots cannot be used with -s or -F: each slot is an exclusive lock that lockrun passes to the command",
+        ));
+    }
     if args.ttl.is_some() {
         return Err(usage("--ttl applies only to etcd:// lock URLs"));
     }
@@ -495,6 +508,7 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
         write_record: !args.no_record,
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
+        slots: args.slots,
     }))
 }
 

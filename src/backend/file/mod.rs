@@ -3,6 +3,7 @@
 
 pub mod fd_mode;
 pub mod lock;
+pub mod slots;
 
 use super::{Backend, Capabilities, Held};
 use crate::exit_codes::{self, Failure};
