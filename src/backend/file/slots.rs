@@ -139,7 +139,7 @@ fn room_for(n: u16) -> Option<rustix::process::Rlimit> {
     if current >= need {
         return None;
     }
-    let mut raised = old.clone();
+    let mut raised = old;
     raised.current = Some(old.maximum.map_or(need, |max| need.min(max)));
     setrlimit(Resource::Nofile, raised).ok()?;
     Some(old)
