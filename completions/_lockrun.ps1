@@ -32,6 +32,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             [CompletionResult]::new('--max-time', '--max-time', [CompletionResultType]::ParameterName, 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]')
+            [CompletionResult]::new('--slots', '--slots', [CompletionResultType]::ParameterName, 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)')
             [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Shared lock: many holders at once, no exclusive holder')

@@ -29,7 +29,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-x -s -n -w -E -c -o -F -u -q -v -h -V --exclusive --shared --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --unlock --quiet --verbose --max-time --ttl --kill-grace --help --version holder check"
+            opts="-x -s -n -w -E -c -o -F -u -q -v -h -V --exclusive --shared --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --unlock --quiet --verbose --max-time --ttl --kill-grace --slots --help --version holder check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -76,6 +76,10 @@ _lockrun() {
                     return 0
                     ;;
                 --kill-grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

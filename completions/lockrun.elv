@@ -29,6 +29,7 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand --max-time 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124'
             cand --ttl 'etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]'
             cand --kill-grace 'After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]'
+            cand --slots 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)'
             cand -x 'Exclusive lock (the default)'
             cand --exclusive 'Exclusive lock (the default)'
             cand -s 'Shared lock: many holders at once, no exclusive holder'
