@@ -472,3 +472,39 @@ fn fill_some(lock: &Path, n: usize, held: usize) -> Vec<(Background, String, i32
         })
         .collect()
 }
+
+#[test]
+fn a_signal_ends_the_wait_at_the_head_and_in_the_queue() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let _holders = fill(&lock, 2);
+    let ran = dir.path().join("ran");
+    let spawn = |extra: &[&str]| {
+        std_lockrun()
+            .args(["--slots", "2"])
+            .args(extra)
+            .arg(&lock)
+            .arg("touch")
+            .arg(&ran)
+            .spawn()
+            .unwrap()
+    };
+    // Waiting for ever (the main thread waits itself) and with a timeout
+    // (a helper thread waits): both end at the signal.
+    for extra in [&[][..], &["-w", "60"]] {
+        let mut head = spawn(extra);
+        wait_for("the head to wait on the slots", || {
+            kernel_waiters(&slot_file(&lock, 2)) == 1
+        });
+        let mut queued = spawn(extra);
+        wait_for("a waiter in the queue", || kernel_waiters(&lock) == 1);
+        for waiter in [&mut head, &mut queued] {
+            kill(waiter.id() as i32, "TERM");
+            assert_eq!(wait_child(waiter, BOUND).code(), Some(143));
+        }
+        wait_for("the slots' waiters to be gone", || {
+            kernel_waiters(&slot_file(&lock, 2)) == 0 && kernel_waiters(&lock) == 0
+        });
+    }
+    assert!(!ran.exists());
+}

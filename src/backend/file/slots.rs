@@ -43,9 +43,9 @@ use crate::run::signals;
 use crate::run::wait::{Blocking, Contender};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The most slots one lock file can have: each waiting head holds a
@@ -60,6 +60,16 @@ pub struct SlotsBackend {
     jump_queue: bool,
     /// The descriptor limit before it was raised to open every slot.
     saved_nofile: Option<rustix::process::Rlimit>,
+}
+
+/// What the slots' threads in [`Inner::wait_any`] found.
+#[derive(Default)]
+struct Answers {
+    /// The wait is over: a slot got now goes back at once.
+    closed: bool,
+    /// The slots got, in the order they were got.
+    got: Vec<usize>,
+    error: Option<(usize, io::Error)>,
 }
 
 /// What the waiting helper threads share with the contender.
@@ -239,14 +249,15 @@ impl Inner {
         self.try_slots()
     }
 
-    /// The blocking wait, on the waiter's helper thread: queue, then slot.
-    fn wait_turn(self: &Arc<Inner>) -> Result<(), Failure> {
+    /// The blocking wait: queue, then slot. `interruptible` on the
+    /// waiter's helper thread; on the main thread a signal ends lockrun.
+    fn wait_turn(self: &Arc<Inner>, interruptible: bool) -> Result<(), Failure> {
         self.queue
             .lock(LockMode::Exclusive)
             .map_err(|e| self.os_error(&self.queue, "cannot lock", &e))?;
         let result = match self.at_head() {
             Ok(true) => Ok(()),
-            Ok(false) => self.wait_any().map(|slot| self.choose(slot)),
+            Ok(false) => self.wait_any(interruptible).map(|slot| self.choose(slot)),
             Err(failure) => Err(failure),
         };
         // Next in the queue: the slots are its to contend for now.
@@ -255,10 +266,11 @@ impl Inner {
     }
 
     /// Waits in the kernel on every slot at once and takes the first that
-    /// frees; returns it. Ends early (EINTR) when this thread is
-    /// interrupted, letting go of any slot got in that instant.
-    fn wait_any(self: &Arc<Inner>) -> Result<usize, Failure> {
-        use rustix::event::{PollFd, PollFlags, poll};
+    /// frees; returns it. With `interruptible` (on the waiter's helper
+    /// thread), ends early when this thread is interrupted (EINTR),
+    /// letting go of any slot got in that instant.
+    fn wait_any(self: &Arc<Inner>, interruptible: bool) -> Result<usize, Failure> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
         let local = |e: io::Error| {
             self.status.store(exit_codes::OS_ERROR, SeqCst);
             Failure::new(
@@ -266,18 +278,35 @@ impl Inner {
                 format!("cannot wait for a slot of {}: {e}", self.label),
             )
         };
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| local(e.into()))?;
-        let write = Arc::new(write);
-        let (report, answers) = mpsc::channel();
+        // Each slot's thread writes a byte here when its flock returns.
+        // Shared with the threads, so that one left behind never writes
+        // to a pipe nobody reads.
+        let pipe: Arc<(OwnedFd, OwnedFd)> = Arc::new(
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| local(e.into()))?,
+        );
+        let answers = Arc::new(Mutex::new(Answers::default()));
         let mut waiters = Vec::with_capacity(self.slots.len());
         let mut failed = None;
         for slot in 0..self.slots.len() {
-            let (inner, report, write) = (Arc::clone(self), report.clone(), Arc::clone(&write));
+            let (inner, answers, pipe) =
+                (Arc::clone(self), Arc::clone(&answers), Arc::clone(&pipe));
             let spawned = signals::spawn_helper("slot-wait", move || {
                 let got = inner.slots[slot].lock(LockMode::Exclusive);
-                let _ = report.send((slot, got));
-                let _ = rustix::io::write(&*write, &[0]);
+                let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+                match got {
+                    // Answered too late (the wait ended): not ours to keep.
+                    Ok(()) if answers.closed => {
+                        let _ = inner.slots[slot].unlock();
+                    }
+                    Ok(()) => answers.got.push(slot),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        answers.error.get_or_insert((slot, e));
+                    }
+                }
+                drop(answers);
+                let _ = rustix::io::write(&pipe.1, &[0]);
             });
             match spawned {
                 Ok(thread) => waiters.push(thread),
@@ -287,50 +316,76 @@ impl Inner {
                 }
             }
         }
-        drop(report);
         let mut interrupted = false;
+        let mut answered = 0;
+        let mut bytes = [0u8; 256];
         if failed.is_none() {
-            let mut fds = [PollFd::new(&read, PollFlags::IN)];
-            match poll(&mut fds, None) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => interrupted = true,
-                Err(e) => failed = Some(local(e.into())),
+            loop {
+                let mut fds = [PollFd::new(&pipe.0, PollFlags::IN)];
+                match poll(&mut fds, None) {
+                    Ok(_) => break,
+                    Err(rustix::io::Errno::INTR) if interruptible => {
+                        interrupted = true;
+                        break;
+                    }
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => {
+                        failed = Some(local(e.into()));
+                        break;
+                    }
+                }
             }
         }
-        // The others stop waiting. Sent again until each has answered: a
+        // The others stop waiting: each is interrupted once and answers
+        // through the pipe. Sent again only when answers stop coming: a
         // signal that lands just before a thread enters flock is lost on it.
+        for thread in &waiters {
+            signals::interrupt_helper(thread);
+        }
         let give_up = Instant::now() + Duration::from_secs(1);
-        while waiters.iter().any(|t| !t.is_finished()) && Instant::now() < give_up {
-            for thread in &waiters {
-                signals::interrupt_helper(thread);
+        let again = Timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
+        while answered < waiters.len() && Instant::now() < give_up {
+            let mut fds = [PollFd::new(&pipe.0, PollFlags::IN)];
+            match poll(&mut fds, Some(&again)) {
+                Ok(0) => {
+                    for thread in &waiters {
+                        signals::interrupt_helper(thread);
+                    }
+                }
+                Ok(_) => {
+                    if let Ok(n) = rustix::io::read(&pipe.0, &mut bytes) {
+                        answered += n;
+                    }
+                }
+                Err(_) => {}
             }
-            std::thread::sleep(Duration::from_millis(1));
         }
         for thread in waiters {
             if thread.is_finished() {
                 let _ = thread.join();
             }
         }
-        let mut won = None;
-        let mut error = None;
-        for (slot, got) in answers.try_iter() {
-            match got {
-                Ok(()) if won.is_none() && !interrupted && failed.is_none() => won = Some(slot),
-                Ok(()) => {
-                    let _ = self.slots[slot].unlock();
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    error
-                        .get_or_insert_with(|| self.os_error(&self.slots[slot], "cannot lock", &e));
-                }
-            }
+        let (got, error) = {
+            let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+            answers.closed = true;
+            (std::mem::take(&mut answers.got), answers.error.take())
+        };
+        let won = got
+            .first()
+            .copied()
+            .filter(|_| !interrupted && failed.is_none());
+        for &slot in got.iter().filter(|&&slot| Some(slot) != won) {
+            let _ = self.slots[slot].unlock();
         }
         if let Some(failure) = failed {
             return Err(failure);
         }
-        won.ok_or_else(|| {
-            error.unwrap_or_else(|| local(io::Error::from(io::ErrorKind::Interrupted)))
+        won.ok_or_else(|| match error {
+            Some((slot, e)) => self.os_error(&self.slots[slot], "cannot lock", &e),
+            None => local(io::Error::from(io::ErrorKind::Interrupted)),
         })
     }
 
@@ -373,7 +428,13 @@ impl Contender for SlotsBackend {
 
     fn blocking(&mut self) -> Result<Blocking, Failure> {
         let inner = Arc::clone(&self.inner);
-        Ok(Box::new(move || inner.wait_turn()))
+        Ok(Box::new(move || inner.wait_turn(true)))
+    }
+
+    fn block_here(&mut self) -> Option<Result<(), Failure>> {
+        // The main thread waits itself: one thread fewer between a slot's
+        // release and the command's start.
+        Some(self.inner.wait_turn(false))
     }
 
     fn undo(&mut self) {
