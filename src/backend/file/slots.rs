@@ -15,8 +15,9 @@
 //!   for the slots: a crowd of 200 does not stampede on every release.
 //!   The head tries each slot without waiting; when all are full it waits
 //!   in the kernel on all of them at once, one helper thread blocked in
-//!   flock(2) per slot, and sleeps in poll(2) until the first of them has
-//!   its slot. The others are interrupted (the waiter's own interrupt
+//!   flock(2) per slot, and sleeps in poll(2) (on the main thread when it
+//!   waits for ever with nothing to show, else on the waiter's helper
+//!   thread) until the first of them has its slot. The others are interrupted (the waiter's own interrupt
 //!   signal: flock returns EINTR) and any slot they got in that instant
 //!   goes back. With its slot, the head lets go of the queue.
 //! - `LOCKFILE`'s content is the N every contender must agree on, and who
@@ -24,6 +25,12 @@
 //!   contender that finds the file empty (or holding a plain record of
 //!   ours; never over anything else). A contender giving another N is
 //!   refused with a usage error naming both.
+//!
+//! Waiters and the head use no CPU while they wait: every thread sleeps in
+//! the kernel until a lock is released (the waiter's main thread looks at
+//! the clock 4 times a second when it has a deadline or a status line).
+//! Slot files opened for an N that turns out to disagree are left behind
+//! empty, as every lock file is.
 //!
 //! A contender that will not wait (`-n`, `-w 0`) and finds the queue taken
 //! tries the slots directly: a waiter at the head of the queue holds it
