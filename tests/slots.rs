@@ -508,3 +508,67 @@ fn a_signal_ends_the_wait_at_the_head_and_in_the_queue() {
     }
     assert!(!ran.exists());
 }
+
+#[test]
+fn foreign_content_is_never_overwritten() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    // A slot file with someone else's content: the lock works, the
+    // content stays, no record is written.
+    let mine = b"#!/bin/sh\necho not a record\n";
+    std::fs::write(slot_file(&lock, 1), mine).unwrap();
+    lockrun()
+        .args(["--slots", "1"])
+        .arg(&lock)
+        .args(["sh", "-c", "test \"$LOCKRUN_SLOT\" = 1"])
+        .assert()
+        .success();
+    assert_eq!(std::fs::read(slot_file(&lock, 1)).unwrap(), mine);
+    // LOCKFILE with someone else's content cannot keep N: refused (77),
+    // untouched, and the command does not run.
+    let other = lock.with_extension("other");
+    std::fs::write(&other, mine).unwrap();
+    let ran = dir.path().join("ran");
+    let out = lockrun()
+        .args(["--slots", "2"])
+        .arg(&other)
+        .arg("touch")
+        .arg(&ran)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(77));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a lockrun record"), "{err}");
+    assert_eq!(std::fs::read(&other).unwrap(), mine);
+    assert!(!ran.exists());
+    // A plain lockrun never writes its record over the number of slots.
+    let header = std::fs::read(&lock).unwrap();
+    lockrun().arg(&lock).arg("true").assert().success();
+    assert_eq!(std::fs::read(&lock).unwrap(), header);
+}
+
+#[test]
+fn verbose_names_the_slot_and_the_holders_while_waiting() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let holders = fill(&lock, 1);
+    let mut waiter = std_lockrun()
+        .args(["-v", "--slots", "1"])
+        .arg(&lock)
+        .arg("true")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the waiter to wait", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1
+    });
+    drop(holders);
+    assert!(wait_child(&mut waiter, BOUND).success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut waiter.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("waiting for") && err.contains("slot 1: pid"),
+        "{err}"
+    );
+    assert!(err.contains("took slot 1 of 1"), "{err}");
+}
