@@ -572,3 +572,50 @@ fn verbose_names_the_slot_and_the_holders_while_waiting() {
     );
     assert!(err.contains("took slot 1 of 1"), "{err}");
 }
+
+/// How many threads `pid` has: the head of the queue has one per slot.
+fn threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_release_wakes_one_waiter_not_the_crowd() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let holders = fill(&lock, 1);
+    let spawn = || {
+        let mut cmd = std_lockrun();
+        cmd.args(["--slots", "1"])
+            .arg(&lock)
+            .args(["--", "sh", "-c", "echo ready; read x"]);
+        Background::spawn(cmd)
+    };
+    let head = spawn();
+    wait_for("the head to wait on the slot", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1
+    });
+    let crowd: Vec<Background> = (0..4).map(|_| spawn()).collect();
+    wait_for("four waiters in the queue", || kernel_waiters(&lock) == 4);
+    let before: Vec<u64> = crowd.iter().map(|w| wakeups(w.pid())).collect();
+    drop(holders);
+    head.expect_ready();
+    // One of the crowd is the new head: it waits on the slot.
+    wait_for("a new head", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1 && kernel_waiters(&lock) == 3
+    });
+    let mut woke_behind = 0;
+    let mut behind = 0;
+    for (waiter, before) in crowd.iter().zip(before) {
+        if threads(waiter.pid()) == 1 {
+            behind += 1;
+            woke_behind += wakeups(waiter.pid()) - before;
+        }
+    }
+    assert_eq!(behind, 3, "only the head may contend for the slots");
+    assert_eq!(
+        woke_behind, 0,
+        "waiters behind the new head woke on a release (a stampede)"
+    );
+}
