@@ -134,7 +134,7 @@ pub struct RunArgs {
     kill_grace: Option<Duration>,
 
     /// Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = "Lock")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::backend::file::slots::MAX_SLOTS)), help_heading = "Lock")]
     slots: Option<u16>,
 
     /// Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME
