@@ -35,6 +35,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)')
             [CompletionResult]::new('--max-time', '--max-time', [CompletionResultType]::ParameterName, 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]')
+            [CompletionResult]::new('--slots', '--slots', [CompletionResultType]::ParameterName, 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)')
             [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('-e', '-e', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')

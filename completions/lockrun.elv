@@ -32,6 +32,7 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand --command 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)'
             cand --max-time 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124'
             cand --kill-grace 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]'
+            cand --slots 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)'
             cand -x 'Exclusive lock (the default)'
             cand -e 'Exclusive lock (the default)'
             cand --exclusive 'Exclusive lock (the default)'

@@ -196,6 +196,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
     kill_grace: Option<Duration>,
 
+    /// Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::backend::file::slots::MAX_SLOTS)), help_heading = "Lock")]
+    slots: Option<u16>,
+
     /// Lock file (created if missing, never deleted), a directory, or an open FD number
     #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
@@ -589,6 +593,7 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         verbose: false,
         max_time: None,
         kill_grace: None,
+        slots: None,
         target: None,
         command: Vec::new(),
     };
@@ -703,9 +708,9 @@ fn run_invocation(
         args.fd,
     ) {
         // flock(1) ignores them there; lockrun says they do nothing.
-        if (args.no_fork || args.close || args.no_record) && !as_flock {
+        if (args.no_fork || args.close || args.no_record || args.slots.is_some()) && !as_flock {
             return Err(usage(
-                "-F, -o and --no-record need a LOCKFILE and a COMMAND",
+                "-F, -o, --no-record and --slots need a LOCKFILE and a COMMAND",
             ));
         }
         return Ok(Invocation::Fd(FdOptions {
@@ -770,6 +775,9 @@ fn run_invocation(
         Some(_) => PathBuf::from(target),
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
+            LockTarget::Etcd(_) if args.slots.is_some() => {
+                return Err(usage("--slots does not apply to etcd:// lock URLs yet"));
+            }
             LockTarget::Etcd(url) => {
                 return etcd_run(
                     url,
@@ -783,6 +791,11 @@ fn run_invocation(
             }
         },
     };
+    if args.slots.is_some() && (mode == LockMode::Shared || args.no_fork) {
+        return Err(usage(
+            "--slots cannot be used with -s or -F: each slot is an exclusive lock that lockrun passes to the command",
+        ));
+    }
     if etcd_args != EtcdArgs::default() {
         return Err(usage(
             "--ttl, --cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
@@ -814,6 +827,7 @@ fn run_invocation(
         write_record: !args.no_record && kind != LockKind::Nothing && args.fd.is_none(),
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
+        slots: args.slots,
     }))
 }
 

@@ -6,6 +6,8 @@
 //! cannot be complete (a network file system, a PID namespace that hides
 //! holders outside it) the answer is "unknown", never a guess of "free".
 
+mod slots;
+
 use crate::exit_codes::{self, Failure};
 use crate::identity::{self, Liveness};
 use crate::lock::LockMode;
@@ -46,6 +48,12 @@ pub struct Report {
     /// JSON schema is unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etcd: Option<EtcdLock>,
+    /// `--slots N`: N, and the report on each slot's lock file (slot 1
+    /// first). Absent for a plain lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot_reports: Option<Vec<Report>>,
 }
 
 impl Report {
@@ -63,6 +71,8 @@ impl Report {
             waiting: 0,
             unreadable: false,
             etcd: None,
+            slots: None,
+            slot_reports: None,
         }
     }
 }
@@ -133,6 +143,11 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         }
     };
     let (dev, ino) = (meta.dev(), meta.ino());
+    if meta.is_file()
+        && let Some(report) = slots::inspect_slots(path, dev, ino, want_holders)?
+    {
+        return Ok(report);
+    }
 
     let (record, unreadable) = if meta.is_file() {
         match read_record(path, dev, ino) {

@@ -160,6 +160,43 @@ impl Record {
     }
 }
 
+/// What `LOCKFILE` holds when it is used with `--slots N`: the N every
+/// contender must agree on, and who set it (a record without pid: the
+/// lockrun that wrote it, its command, host, and when). It has no
+/// `lockrun` key, so [`Record::parse`] never takes it for a holder record
+/// and a plain `lockrun LOCKFILE` never overwrites it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlotsHeader {
+    /// The format of this line, as `lockrun` is a record's.
+    pub lockrun_slots: u32,
+    pub slots: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<Record>,
+}
+
+impl SlotsHeader {
+    pub fn parse(bytes: &[u8]) -> Option<SlotsHeader> {
+        if bytes.len() as u64 > MAX_RECORD_BYTES {
+            return None;
+        }
+        let header: SlotsHeader = serde_json::from_slice(bytes.trim_ascii()).ok()?;
+        (header.lockrun_slots >= 1 && header.slots >= 1).then_some(header)
+    }
+
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+}
+
+/// Slot `k`'s lock file: `LOCKFILE.slotK`, beside `LOCKFILE`.
+pub fn slot_path(lockfile: &std::path::Path, k: u16) -> std::path::PathBuf {
+    let mut name = lockfile.as_os_str().to_owned();
+    name.push(format!(".slot{k}"));
+    std::path::PathBuf::from(name)
+}
+
 /// Keeps the record small whatever the argv: each argument and the whole
 /// command are cut, with a marker, past fixed sizes as written in JSON.
 pub fn recordable_command(argv: &[std::ffi::OsString]) -> Vec<String> {
@@ -658,6 +695,31 @@ mod tests {
         // old tail behind (Recording::finish takes it from fstat).
         write(&file, b"tiny\n", Some(2)).unwrap();
         assert_eq!(content(&file), b"tiny\nr again\n");
+    }
+
+    #[test]
+    fn a_slots_header_is_never_a_record() {
+        let header = SlotsHeader {
+            lockrun_slots: 1,
+            slots: 4,
+            set_by: Some(Record {
+                lockrun: FORMAT,
+                lockrun_pid: Some(7),
+                ..Record::default()
+            }),
+        };
+        let line = header.to_line();
+        assert_eq!(SlotsHeader::parse(&line), Some(header));
+        assert_eq!(Record::parse(&line), None);
+        assert_eq!(SlotsHeader::parse(b"{\"lockrun\":1,\"pid\":5}"), None);
+        assert_eq!(
+            SlotsHeader::parse(b"{\"lockrun_slots\":1,\"slots\":0}"),
+            None
+        );
+        assert_eq!(
+            slot_path(std::path::Path::new("/a/b.lock"), 3),
+            std::path::Path::new("/a/b.lock.slot3")
+        );
     }
 
     #[test]

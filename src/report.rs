@@ -8,6 +8,9 @@ use std::fmt::Write;
 
 pub fn human(report: &Report) -> String {
     let path = escape(&report.path);
+    if let Some(slots) = &report.slot_reports {
+        return with_slots(report, &path, slots);
+    }
     let mut out = match report.state {
         State::Held => held(report, &path),
         State::Free => free(report, &path),
@@ -280,4 +283,33 @@ fn process(holder: &Holder) -> String {
 
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `--slots N`: how many slots are held, then each slot's own report.
+fn with_slots(report: &Report, path: &str, slots: &[Report]) -> String {
+    let held = slots.iter().filter(|s| s.state == State::Held).count();
+    let mut out = format!("{path}: {held} of {} slots held", slots.len());
+    if report.state == State::Unknown {
+        let _ = write!(
+            out,
+            " (unknown: {})",
+            escape(report.reason.as_deref().unwrap_or(""))
+        );
+    }
+    for (k, slot) in slots.iter().enumerate() {
+        let mut plain = slot.clone();
+        plain.waiting = 0;
+        let text = human(&plain);
+        let own = escape(&slot.path);
+        let text = text.strip_prefix(own.as_str()).unwrap_or(&text);
+        let _ = write!(out, "\n  slot {}{}", k + 1, text.replace('\n', "\n  "));
+    }
+    if report.waiting > 0 {
+        let _ = write!(
+            out,
+            "\n  {} waiting",
+            plural(report.waiting, "process", "processes")
+        );
+    }
+    out
 }

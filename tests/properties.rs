@@ -126,6 +126,8 @@ fn any_report() -> impl Strategy<Value = Report> {
                         lease,
                         fencing_token,
                     }),
+                    slots: None,
+                    slot_reports: None,
                 }
             },
         )
@@ -161,6 +163,22 @@ proptest! {
     }
 
     #[test]
+    fn slots_output_has_no_raw_control_characters(
+        report in any_report(),
+        slots in proptest::collection::vec(any_report(), 1..4),
+    ) {
+        let report = Report {
+            slots: Some(slots.len() as u16),
+            slot_reports: Some(slots),
+            ..report
+        };
+        let text = lockrun::report::human(&report);
+        prop_assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{:?}", text);
+        let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+        prop_assert_eq!(json["slot_reports"].as_array().map(Vec::len), Some(report.slots.unwrap_or(0) as usize));
+    }
+
+    #[test]
     fn json_output_keeps_its_documented_schema(report in any_report()) {
         let json = lockrun::sanitize::json(&report).unwrap();
         prop_assert!(!json.contains('\n'), "one line per path");
@@ -182,5 +200,7 @@ proptest! {
         prop_assert!(back.get("reason").is_some());
         // Files keep the schema they had before lock URLs: no `etcd` key.
         prop_assert_eq!(back.get("etcd").is_some(), report.etcd.is_some());
+        // Nor `slots` unless the lock has them.
+        prop_assert!(back.get("slots").is_none() && back.get("slot_reports").is_none());
     }
 }

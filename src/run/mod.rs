@@ -53,6 +53,8 @@ pub struct RunOptions {
     pub max_time: Option<Duration>,
     /// After `--max-time` (or a lost lease), SIGKILL this long after SIGTERM.
     pub kill_grace: Duration,
+    /// `--slots N`: at most N holders at once, each in its own slot.
+    pub slots: Option<u16>,
 }
 
 /// What the run flow needs of any run form, whatever the backend.
@@ -80,24 +82,27 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         Some(cwd) if opts.path.is_relative() => cwd.join(&opts.path),
         _ => opts.path.clone(),
     };
-    let backend = crate::backend::file::FileBackend::open(opts)?;
-    run_with(
-        backend,
-        &Flow {
-            label: display::escape(&opts.path.to_string_lossy()),
-            lockfile: lockfile.into_os_string(),
-            mode: opts.mode,
-            wait: opts.wait,
-            conflict_status: opts.conflict_status,
-            exec_in_place: opts.exec_in_place,
-            command: &opts.command,
-            quiet: opts.quiet,
-            verbose: opts.verbose,
-            write_record: opts.write_record,
-            max_time: opts.max_time,
-            kill_grace: opts.kill_grace,
-        },
-    )
+    let flow = Flow {
+        label: display::escape(&opts.path.to_string_lossy()),
+        lockfile: lockfile.into_os_string(),
+        mode: opts.mode,
+        wait: opts.wait,
+        conflict_status: opts.conflict_status,
+        exec_in_place: opts.exec_in_place,
+        command: &opts.command,
+        quiet: opts.quiet,
+        verbose: opts.verbose,
+        write_record: opts.write_record,
+        max_time: opts.max_time,
+        kill_grace: opts.kill_grace,
+    };
+    match opts.slots {
+        Some(n) => run_with(
+            crate::backend::file::slots::SlotsBackend::open(opts, n)?,
+            &flow,
+        ),
+        None => run_with(crate::backend::file::FileBackend::open(opts)?, &flow),
+    }
 }
 
 /// The run flow, for any backend.

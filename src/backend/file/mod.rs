@@ -3,6 +3,7 @@
 
 pub mod fd_mode;
 pub mod lock;
+pub mod slots;
 
 use super::{Backend, Capabilities, Held};
 use crate::exit_codes::{self, Failure};
@@ -56,6 +57,20 @@ impl FileBackend {
             spec: LockSpec::default(),
             verbose: false,
             lent_fd: Some(fd),
+        }
+    }
+
+    /// A slot file of a `--slots` lock, already locked.
+    pub fn slot(lock: LockFile, label: String, inherit: bool, verbose: bool) -> FileBackend {
+        FileBackend {
+            lock,
+            mode: LockMode::Exclusive,
+            label,
+            inherit,
+            path: None,
+            spec: LockSpec::default(),
+            verbose,
+            lent_fd: None,
         }
     }
 

@@ -1,0 +1,554 @@
+//! `--slots N`: at most N commands hold a lock file at once.
+//!
+//! The kernel has no "wait for any one of N locks", so the wait is built
+//! from plain flock(2) locks, all of them kernel waits:
+//!
+//! - `LOCKFILE.slot1` .. `LOCKFILE.slotN` are the slots: an exclusive flock
+//!   on one is a place among the N. Each is an ordinary lock file (opened
+//!   as [`LockFile::open`] opens any lock file, never deleted) and holds
+//!   its holder's record with the usual rules. The command inherits only
+//!   its own slot's descriptor, so killing lockrun leaves the slot held by
+//!   the command, and killing the command (even with SIGKILL) frees it.
+//! - `LOCKFILE` itself is the queue: a waiter first takes an exclusive
+//!   flock on it, a kernel wait, so waiters sleep there and are served in
+//!   about the order they came, and only the head of the queue contends
+//!   for the slots: a crowd of 200 does not stampede on every release.
+//!   The head tries each slot without waiting; when all are full it waits
+//!   in the kernel on all of them at once, one helper thread blocked in
+//!   flock(2) per slot, and sleeps in poll(2) (on the main thread when it
+//!   waits for ever with nothing to show, else on the waiter's helper
+//!   thread) until the first of them has its slot. The others are interrupted (the waiter's own interrupt
+//!   signal: flock returns EINTR) and any slot they got in that instant
+//!   goes back. With its slot, the head lets go of the queue.
+//! - `LOCKFILE`'s content is the N every contender must agree on, and who
+//!   set it ([`SlotsHeader`]), written under the queue lock by the first
+//!   contender that finds the file empty (or holding a plain record of
+//!   ours; never over anything else). A contender giving another N is
+//!   refused with a usage error naming both.
+//!
+//! Waiters and the head use no CPU while they wait: every thread sleeps in
+//! the kernel until a lock is released (the waiter's main thread looks at
+//! the clock 4 times a second when it has a deadline or a status line).
+//! Slot files opened for an N that turns out to disagree are left behind
+//! empty, as every lock file is.
+//!
+//! A contender that will not wait (`-n`, `-w 0`) and finds the queue taken
+//! tries the slots directly: a waiter at the head of the queue holds it
+//! for as long as all slots are full, and `-n` must answer from the slots,
+//! not from the queue.
+
+use super::lock::{LockFile, LockMode};
+use super::{FileBackend, FileHeld};
+use crate::backend::{Backend, Capabilities, Held};
+use crate::display;
+use crate::exit_codes::{self, Failure};
+use crate::identity::Me;
+use crate::progress;
+use crate::record::{self, Record, SlotsHeader};
+use crate::run::RunOptions;
+use crate::run::signals;
+use crate::run::wait::{Blocking, Contender};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The most slots one lock file can have: each waiting head holds a
+/// descriptor and a thread per slot.
+pub const MAX_SLOTS: u16 = 1024;
+
+pub struct SlotsBackend {
+    inner: Arc<Inner>,
+    /// `-o`: whether the command inherits its slot's descriptor.
+    inherit: bool,
+    /// A contender that will not wait answers from the slots themselves.
+    jump_queue: bool,
+    /// The descriptor limit before it was raised to open every slot.
+    saved_nofile: Option<rustix::process::Rlimit>,
+}
+
+/// What the slots' threads in [`Inner::wait_any`] found.
+#[derive(Default)]
+struct Answers {
+    /// The wait is over: a slot got now goes back at once.
+    closed: bool,
+    /// The slots got, in the order they were got.
+    got: Vec<usize>,
+    error: Option<(usize, io::Error)>,
+}
+
+/// What the waiting helper threads share with the contender.
+struct Inner {
+    queue: LockFile,
+    slots: Vec<LockFile>,
+    n: u16,
+    label: String,
+    /// The header this contender writes when `LOCKFILE` has none.
+    header: Vec<u8>,
+    /// The slot taken (0-based), once one is.
+    chosen: Mutex<Option<usize>>,
+    /// The exit status of the last failure: 64 for a disagreeing N.
+    status: AtomicU8,
+}
+
+impl SlotsBackend {
+    pub fn open(opts: &RunOptions, n: u16) -> Result<SlotsBackend, Failure> {
+        let label = display::escape(&opts.path.to_string_lossy());
+        let queue = LockFile::open(&opts.path, false)?;
+        if queue.is_dir {
+            return Err(Failure::new(
+                exit_codes::USAGE,
+                format!("--slots needs a lock file, and {label} is a directory"),
+            ));
+        }
+        // A disagreeing N is refused before any wait; checked again under
+        // the queue lock, where the first contender writes it.
+        if let Ok(content) = record::read_content(queue.file())
+            && let Some(header) = SlotsHeader::parse(&content)
+        {
+            same_n(&header, n, &label)?;
+        }
+        let saved_nofile = room_for(n);
+        let slots = (1..=n)
+            .map(|k| LockFile::open(&record::slot_path(&opts.path, k), false))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cwd = std::env::current_dir().ok();
+        let mut set_by = Record::starting(
+            Me::gather(),
+            &opts.command,
+            cwd.as_deref(),
+            LockMode::Exclusive,
+        );
+        set_by.acquired_at = Some(display::now_rfc3339());
+        let header = SlotsHeader {
+            lockrun_slots: 1,
+            slots: n,
+            set_by: Some(set_by),
+        }
+        .to_line();
+        let waits = !opts.wait.nonblocking && opts.wait.timeout != Some(Duration::ZERO);
+        Ok(SlotsBackend {
+            inner: Arc::new(Inner {
+                queue,
+                slots,
+                n,
+                label,
+                header,
+                chosen: Mutex::new(None),
+                status: AtomicU8::new(exit_codes::OS_ERROR),
+            }),
+            inherit: !opts.close_before_exec,
+            jump_queue: !waits,
+            saved_nofile,
+        })
+    }
+}
+
+/// Raises the soft descriptor limit when N slots would not fit under it;
+/// returns the limit to restore before the command starts.
+fn room_for(n: u16) -> Option<rustix::process::Rlimit> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let old = getrlimit(Resource::Nofile);
+    let need = u64::from(n) + 64;
+    let current = old.current?;
+    if current >= need {
+        return None;
+    }
+    let mut raised = old;
+    raised.current = Some(old.maximum.map_or(need, |max| need.min(max)));
+    setrlimit(Resource::Nofile, raised).ok()?;
+    Some(old)
+}
+
+fn same_n(header: &SlotsHeader, n: u16, label: &str) -> Result<(), Failure> {
+    if header.slots == n {
+        return Ok(());
+    }
+    let who = match &header.set_by {
+        Some(set_by) => {
+            let mut who = format!(
+                "lockrun pid {} `{}`",
+                set_by.lockrun_pid.unwrap_or(0),
+                display::record_command(set_by)
+            );
+            if let Some(host) = &set_by.host {
+                who.push_str(&format!(" on {}", display::escape(host)));
+            }
+            if let Some(at) = set_by.acquired_at.as_deref().and_then(display::parse_time) {
+                who.push_str(&format!(" at {}", display::date_time(at)));
+            }
+            who
+        }
+        None => "an unknown process".to_owned(),
+    };
+    Err(Failure::new(
+        exit_codes::USAGE,
+        format!(
+            "{label} is used with --slots {} (set by {who}), not --slots {n}: \
+             every contender must give the same number",
+            header.slots
+        ),
+    ))
+}
+
+impl Inner {
+    fn os_error(&self, lock: &LockFile, what: &str, e: &io::Error) -> Failure {
+        self.status.store(exit_codes::OS_ERROR, SeqCst);
+        Failure::io(exit_codes::OS_ERROR, what, lock.path(), e)
+    }
+
+    fn refused(&self, failure: Failure) -> Failure {
+        self.status.store(failure.status, SeqCst);
+        failure
+    }
+
+    /// With the queue lock held: N is agreed, and written if `LOCKFILE`
+    /// has none yet.
+    fn agree(&self) -> Result<(), Failure> {
+        let content = record::read_content(self.queue.file())
+            .map_err(|e| self.os_error(&self.queue, "cannot read", &e))?;
+        if let Some(header) = SlotsHeader::parse(&content) {
+            return same_n(&header, self.n, &self.label).map_err(|f| self.refused(f));
+        }
+        let file = record::may_write(&self.queue).map_err(|reason| {
+            self.refused(Failure::new(
+                exit_codes::NO_PERMISSION,
+                format!(
+                    "cannot use {} with --slots, which keeps the number of slots in it: {}",
+                    self.label,
+                    reason.explain()
+                ),
+            ))
+        })?;
+        signals::tolerating_file_size_limit(|| record::write(&file, &self.header, None))
+            .map_err(|e| self.os_error(&self.queue, "cannot write the number of slots to", &e))
+    }
+
+    /// One attempt on each slot, lowest first, without waiting.
+    fn try_slots(&self) -> Result<bool, Failure> {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let got = slot
+                .try_lock(LockMode::Exclusive)
+                .map_err(|e| self.os_error(slot, "cannot lock", &e))?;
+            if got {
+                self.choose(i);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn choose(&self, slot: usize) {
+        if let Ok(mut chosen) = self.chosen.lock() {
+            *chosen = Some(slot);
+        }
+    }
+
+    fn chosen(&self) -> Option<usize> {
+        self.chosen.lock().ok().and_then(|mut c| c.take())
+    }
+
+    /// At the head of the queue: agree on N, then take a slot.
+    fn at_head(&self) -> Result<bool, Failure> {
+        self.agree()?;
+        self.try_slots()
+    }
+
+    /// The blocking wait: queue, then slot. `interruptible` on the
+    /// waiter's helper thread; on the main thread a signal ends lockrun.
+    fn wait_turn(self: &Arc<Inner>, interruptible: bool) -> Result<(), Failure> {
+        self.queue
+            .lock(LockMode::Exclusive)
+            .map_err(|e| self.os_error(&self.queue, "cannot lock", &e))?;
+        let result = match self.at_head() {
+            Ok(true) => Ok(()),
+            Ok(false) => self.wait_any(interruptible).map(|slot| self.choose(slot)),
+            Err(failure) => Err(failure),
+        };
+        // Next in the queue: the slots are its to contend for now.
+        let _ = self.queue.unlock();
+        result
+    }
+
+    /// Waits in the kernel on every slot at once and takes the first that
+    /// frees; returns it. With `interruptible` (on the waiter's helper
+    /// thread), ends early when this thread is interrupted (EINTR),
+    /// letting go of any slot got in that instant.
+    fn wait_any(self: &Arc<Inner>, interruptible: bool) -> Result<usize, Failure> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let local = |e: io::Error| {
+            self.status.store(exit_codes::OS_ERROR, SeqCst);
+            Failure::new(
+                exit_codes::OS_ERROR,
+                format!("cannot wait for a slot of {}: {e}", self.label),
+            )
+        };
+        // Each slot's thread writes a byte here when its flock returns.
+        // Shared with the threads, so that one left behind never writes
+        // to a pipe nobody reads.
+        let pipe: Arc<(OwnedFd, OwnedFd)> = Arc::new(
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| local(e.into()))?,
+        );
+        let answers = Arc::new(Mutex::new(Answers::default()));
+        let mut waiters = Vec::with_capacity(self.slots.len());
+        let mut failed = None;
+        for slot in 0..self.slots.len() {
+            let (inner, answers, pipe) =
+                (Arc::clone(self), Arc::clone(&answers), Arc::clone(&pipe));
+            let spawned = signals::spawn_helper("slot-wait", move || {
+                let got = inner.slots[slot].lock(LockMode::Exclusive);
+                let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+                match got {
+                    // Answered too late (the wait ended): not ours to keep.
+                    Ok(()) if answers.closed => {
+                        let _ = inner.slots[slot].unlock();
+                    }
+                    Ok(()) => answers.got.push(slot),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        answers.error.get_or_insert((slot, e));
+                    }
+                }
+                drop(answers);
+                let _ = rustix::io::write(&pipe.1, &[0]);
+            });
+            match spawned {
+                Ok(thread) => waiters.push(thread),
+                Err(e) => {
+                    failed = Some(local(e));
+                    break;
+                }
+            }
+        }
+        let mut interrupted = false;
+        let mut answered = 0;
+        let mut bytes = [0u8; 256];
+        if failed.is_none() {
+            loop {
+                let mut fds = [PollFd::new(&pipe.0, PollFlags::IN)];
+                match poll(&mut fds, None) {
+                    Ok(_) => break,
+                    Err(rustix::io::Errno::INTR) if interruptible => {
+                        interrupted = true;
+                        break;
+                    }
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => {
+                        failed = Some(local(e.into()));
+                        break;
+                    }
+                }
+            }
+        }
+        // The others stop waiting: each is interrupted once and answers
+        // through the pipe. Sent again only when answers stop coming: a
+        // signal that lands just before a thread enters flock is lost on it.
+        for thread in &waiters {
+            signals::interrupt_helper(thread);
+        }
+        let give_up = Instant::now() + Duration::from_secs(1);
+        let again = Timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
+        while answered < waiters.len() && Instant::now() < give_up {
+            let mut fds = [PollFd::new(&pipe.0, PollFlags::IN)];
+            match poll(&mut fds, Some(&again)) {
+                Ok(0) => {
+                    for thread in &waiters {
+                        signals::interrupt_helper(thread);
+                    }
+                }
+                Ok(_) => {
+                    if let Ok(n) = rustix::io::read(&pipe.0, &mut bytes) {
+                        answered += n;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        for thread in waiters {
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
+        let (got, error) = {
+            let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+            answers.closed = true;
+            (std::mem::take(&mut answers.got), answers.error.take())
+        };
+        let won = got
+            .first()
+            .copied()
+            .filter(|_| !interrupted && failed.is_none());
+        for &slot in got.iter().filter(|&&slot| Some(slot) != won) {
+            let _ = self.slots[slot].unlock();
+        }
+        if let Some(failure) = failed {
+            return Err(failure);
+        }
+        won.ok_or_else(|| match error {
+            Some((slot, e)) => self.os_error(&self.slots[slot], "cannot lock", &e),
+            None => local(io::Error::from(io::ErrorKind::Interrupted)),
+        })
+    }
+
+    /// The slots' holders, as their records name them.
+    fn holders(&self) -> Vec<String> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| Some(format!("slot {}: {}", i + 1, progress::held_by(slot)?)))
+            .collect()
+    }
+}
+
+impl Contender for SlotsBackend {
+    fn try_acquire(&mut self) -> Result<bool, Failure> {
+        let inner = &self.inner;
+        let queue_free = inner
+            .queue
+            .try_lock(LockMode::Exclusive)
+            .map_err(|e| inner.os_error(&inner.queue, "cannot lock", &e))?;
+        if queue_free {
+            let got = inner.at_head();
+            let _ = inner.queue.unlock();
+            return got;
+        }
+        if !self.jump_queue {
+            return Ok(false);
+        }
+        let content = record::read_content(inner.queue.file())
+            .map_err(|e| inner.os_error(&inner.queue, "cannot read", &e))?;
+        match SlotsHeader::parse(&content) {
+            Some(header) => {
+                same_n(&header, inner.n, &inner.label).map_err(|f| inner.refused(f))?;
+                inner.try_slots()
+            }
+            // The first contender is writing it: it takes a slot first.
+            None => Ok(false),
+        }
+    }
+
+    fn blocking(&mut self) -> Result<Blocking, Failure> {
+        let inner = Arc::clone(&self.inner);
+        Ok(Box::new(move || inner.wait_turn(true)))
+    }
+
+    fn block_here(&mut self) -> Option<Result<(), Failure>> {
+        // The main thread waits itself: one thread fewer between a slot's
+        // release and the command's start.
+        Some(self.inner.wait_turn(false))
+    }
+
+    fn undo(&mut self) {
+        if let Some(slot) = self.inner.chosen() {
+            let _ = self.inner.slots[slot].unlock();
+        }
+    }
+
+    fn holder(&mut self) -> Option<String> {
+        let holders = self.inner.holders();
+        (!holders.is_empty()).then(|| {
+            format!(
+                "{} commands, one per slot ({})",
+                self.inner.n,
+                holders.join("; ")
+            )
+        })
+    }
+}
+
+impl Backend for SlotsBackend {
+    type Held = SlotHeld;
+    const CAPS: Capabilities = Capabilities {
+        kind: "lock files with --slots",
+        shared: false,
+        exec_in_place: false,
+        poll: true,
+        lease: false,
+    };
+
+    fn conflict_holder(&mut self) -> String {
+        self.holder().unwrap_or_else(|| {
+            format!(
+                "{} commands, one per slot (`lockrun holder {}` names them)",
+                self.inner.n, self.inner.label
+            )
+        })
+    }
+
+    fn failure_status(&self) -> u8 {
+        self.inner.status.load(SeqCst)
+    }
+
+    fn give_up(self) {}
+
+    fn acquired(self, record: Option<&Record>, verbose: bool) -> Result<SlotHeld, Failure> {
+        let inner = &self.inner;
+        let Some(index) = inner.chosen() else {
+            return Err(Failure::new(
+                exit_codes::OS_ERROR,
+                format!("lost track of the slot taken on {}", inner.label),
+            ));
+        };
+        let original = &inner.slots[index];
+        // The duplicate shares the open file description, hence the lock;
+        // every other slot's descriptor closes when `inner` goes.
+        let lock = original
+            .duplicate()
+            .map_err(|e| inner.os_error(original, "cannot lock", &e))?;
+        if self.inherit {
+            rustix::io::fcntl_setfd(lock.file(), rustix::io::FdFlags::empty())
+                .map_err(|e| inner.os_error(original, "cannot pass on", &e.into()))?;
+        }
+        if let Some(old) = self.saved_nofile {
+            let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, old);
+        }
+        let slot = index as u16 + 1;
+        let label = display::escape(&lock.path().to_string_lossy());
+        if verbose {
+            eprintln!(
+                "lockrun: took slot {slot} of {} on {} ({label})",
+                inner.n, inner.label
+            );
+        }
+        let file = FileBackend::slot(lock, label, self.inherit, verbose);
+        Ok(SlotHeld {
+            held: file.acquired(record, verbose)?,
+            slot,
+        })
+    }
+}
+
+/// A slot held for the command: a slot file held as any lock file is, and
+/// the slot's number for the command.
+pub struct SlotHeld {
+    held: FileHeld,
+    slot: u16,
+}
+
+impl Held for SlotHeld {
+    fn env(&self) -> Vec<(&'static str, OsString)> {
+        vec![("LOCKRUN_SLOT", OsString::from(self.slot.to_string()))]
+    }
+
+    fn child_record_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.held.child_record_fd()
+    }
+
+    fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
+        self.held.store_record(record, released)
+    }
+
+    fn inheritors(&self) -> Option<crate::run::supervise::Inheritors> {
+        self.held.inheritors()
+    }
+
+    fn release(self) -> Result<(), String> {
+        self.held.release()
+    }
+}

@@ -1,0 +1,621 @@
+//! `--slots N` across real processes: at most N at once and N at once,
+//! unique slot numbers, agreement on N, `-n`, kill -9, a crowd of 200,
+//! no CPU while waiting, and what holder/check say.
+
+mod common;
+
+use common::*;
+use std::collections::{BTreeSet, HashMap};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A job for the meter: appends `start ID SLOT` to the meter file once it
+/// runs, blocks until the test opens its gate (a FIFO), then appends
+/// `end ID SLOT`. The lines are appended with O_APPEND, one write each, so
+/// their order in the file is the order they happened in.
+const JOB: &str = r#"echo "start $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter"; read x < "$2/gate$1"; echo "end $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter""#;
+
+fn spawn_job(dir: &Path, id: usize, lock_args: &[&str]) -> Child {
+    let gate = dir.join(format!("gate{id}"));
+    let made = Command::new("mkfifo").arg(&gate).status().unwrap();
+    assert!(made.success());
+    std_lockrun()
+        .args(lock_args)
+        .arg(dir.join("L"))
+        .args(["--", "sh", "-c", JOB, "job"])
+        .arg(id.to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        // Its own process group, so that a failed run can kill the job
+        // with its command.
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+/// What the meter file says so far.
+#[derive(Default, Debug)]
+struct Meter {
+    /// Started and not ended: job id -> slot.
+    running: HashMap<usize, String>,
+    ended: usize,
+    /// The most jobs running at once.
+    peak: usize,
+    /// A slot number two running jobs had at once, or one out of 1..=N.
+    bad_slot: Option<String>,
+}
+
+fn read_meter(dir: &Path, n: usize) -> Meter {
+    let text = std::fs::read_to_string(dir.join("meter")).unwrap_or_default();
+    let mut meter = Meter::default();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [what, id, slot] = words[..] else {
+            panic!("meter line {line:?}")
+        };
+        let id: usize = id.parse().unwrap();
+        match what {
+            "start" => {
+                // No slot at all: a plain lock (the control).
+                let in_range =
+                    slot == "none" || slot.parse::<usize>().is_ok_and(|s| (1..=n).contains(&s));
+                let taken = slot != "none" && meter.running.values().any(|s| s == slot);
+                if !in_range || taken {
+                    meter.bad_slot.get_or_insert_with(|| slot.to_owned());
+                }
+                meter.running.insert(id, slot.to_owned());
+                meter.peak = meter.peak.max(meter.running.len());
+            }
+            "end" => {
+                meter.running.remove(&id);
+                meter.ended += 1;
+            }
+            _ => panic!("meter line {line:?}"),
+        }
+    }
+    meter
+}
+
+fn open_gate(dir: &Path, id: usize) {
+    // Non-blocking: fails (ENXIO) until the job has opened it to read.
+    let gate = dir.join(format!("gate{id}"));
+    wait_for(&format!("job {id} to wait at its gate"), || {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&gate)
+            .and_then(|mut f| f.write_all(b"go\n"))
+            .is_ok()
+    });
+}
+
+/// Runs `jobs` jobs through `lock_args` and checks the meter: never more
+/// than `limit` at once, `limit` at once whenever that many are left, and
+/// unique slot numbers. Each round waits for the jobs the limit admits to
+/// be running, then lets them finish.
+fn meter_run(lock_args: &[&str], jobs: usize, limit: usize) -> Result<(), String> {
+    let dir = temp_dir();
+    let mut children: Vec<Child> = (0..jobs)
+        .map(|id| spawn_job(dir.path(), id, lock_args))
+        .collect();
+    let mut released = BTreeSet::new();
+    let result = (|| {
+        while released.len() < jobs {
+            let want = limit.min(jobs - released.len());
+            let waiting_for = |meter: &Meter| {
+                meter
+                    .running
+                    .keys()
+                    .filter(|id| !released.contains(*id))
+                    .count()
+                    >= want
+                    || meter.peak > limit
+            };
+            let deadline = std::time::Instant::now() + BOUND;
+            let meter = loop {
+                let meter = read_meter(dir.path(), limit);
+                if waiting_for(&meter) {
+                    break meter;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("{want} jobs never ran at once (meter: {meter:?})"));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if meter.peak > limit {
+                return Err(format!(
+                    "{} jobs ran at once, more than {limit}",
+                    meter.peak
+                ));
+            }
+            if let Some(slot) = meter.bad_slot {
+                return Err(format!("slot {slot} was given to two running jobs"));
+            }
+            let round: Vec<usize> = meter
+                .running
+                .keys()
+                .filter(|id| !released.contains(*id))
+                .copied()
+                .collect();
+            for id in round {
+                open_gate(dir.path(), id);
+                released.insert(id);
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        // Nothing is left behind: each job dies with its command.
+        for child in &children {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+        }
+    }
+    for child in &mut children {
+        let status = wait_child(child, BOUND);
+        if result.is_ok() {
+            assert!(status.success(), "a job failed: {status:?}");
+        }
+    }
+    result?;
+    let meter = read_meter(dir.path(), limit);
+    assert_eq!(meter.ended, jobs, "{meter:?}");
+    if meter.peak > limit {
+        return Err(format!(
+            "{} jobs ran at once, more than {limit}",
+            meter.peak
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn three_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
+    meter_run(&["--slots", "3"], 7, 3).unwrap();
+}
+
+/// The control: the meter test fails when the limit is broken (more
+/// slots than the limit it checks).
+#[test]
+fn the_meter_catches_a_broken_limit() {
+    let too_many = meter_run(&["--slots", "7"], 7, 3).unwrap_err();
+    assert!(too_many.contains("more than 3"), "{too_many}");
+}
+
+#[test]
+fn a_crowd_of_200_through_4_slots_never_exceeds_4() {
+    let dir = temp_dir();
+    let lock = dir.path().join("L");
+    let meter = dir.path().join("meter");
+    let script = r#"echo "start $$ $LOCKRUN_SLOT" >> "$1"; echo "end $$ $LOCKRUN_SLOT" >> "$1""#;
+    let mut crowd: Vec<Child> = (0..200)
+        .map(|_| {
+            std_lockrun()
+                .args(["--slots", "4"])
+                .arg(&lock)
+                .args(["--", "sh", "-c", script, "job"])
+                .arg(&meter)
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in &mut crowd {
+        let status = wait_child(child, Duration::from_secs(60));
+        assert!(status.success(), "{status:?}");
+    }
+    let seen = read_meter(dir.path(), 4);
+    assert_eq!(seen.ended, 200);
+    assert!(seen.peak <= 4, "{} at once", seen.peak);
+    assert_eq!(seen.bad_slot, None);
+    assert!(seen.running.is_empty());
+}
+
+/// Holds every one of the `n` slots of `lock`.
+fn fill(lock: &Path, n: usize) -> Vec<(Background, String, i32)> {
+    fill_some(lock, n, n)
+}
+
+#[test]
+fn a_different_number_of_slots_is_a_usage_error_naming_both() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let holders = fill(&lock, 2);
+    let out = lockrun()
+        .args(["--slots", "3"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("lockrun: ") && err.contains("--slots 2") && err.contains("--slots 3"),
+        "{err}"
+    );
+    // The holder that set it: the first lockrun.
+    let first = holders[0].0.pid();
+    assert!(err.contains(&format!("lockrun pid {first}")), "{err}");
+}
+
+#[test]
+fn nonblocking_with_every_slot_full_is_75_and_runs_nothing() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let holders = fill(&lock, 2);
+    let mut slots: Vec<&str> = holders.iter().map(|h| h.1.as_str()).collect();
+    slots.sort();
+    assert_eq!(slots, ["1", "2"]);
+    let ran = dir.path().join("ran");
+    lockrun()
+        .args(["-n", "--slots", "2"])
+        .arg(&lock)
+        .args(["touch"])
+        .arg(&ran)
+        .assert()
+        .code(75);
+    assert!(!ran.exists());
+    // -E and -q as for one lock.
+    let out = lockrun()
+        .args(["-n", "-q", "-E", "9", "--slots", "2"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(9));
+    assert!(out.stderr.is_empty());
+    // -w ends the wait with 75 too.
+    lockrun()
+        .args(["-w", "0.2", "--slots", "2"])
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .code(75);
+}
+
+#[test]
+fn shared_and_no_fork_are_usage_errors_with_slots() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    for flag in ["-s", "-F"] {
+        lockrun()
+            .args([flag, "--slots", "2"])
+            .arg(&lock)
+            .arg("true")
+            .assert()
+            .code(64);
+    }
+    for n in ["0", "1025", "x"] {
+        lockrun()
+            .args(["--slots", n])
+            .arg(&lock)
+            .arg("true")
+            .assert()
+            .code(64);
+    }
+}
+
+fn slot_file(lock: &Path, k: usize) -> std::path::PathBuf {
+    let mut name = lock.as_os_str().to_owned();
+    name.push(format!(".slot{k}"));
+    name.into()
+}
+
+#[test]
+fn sigkill_of_a_holder_frees_its_slot_at_once() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut holders = fill(&lock, 2);
+    let waiter = Background::spawn({
+        let mut cmd = std_lockrun();
+        cmd.args(["--slots", "2"])
+            .arg(&lock)
+            .args(["--", "sh", "-c", "echo ready $LOCKRUN_SLOT"]);
+        cmd
+    });
+    // The head of the queue waits on every slot in the kernel.
+    wait_for("the waiter to block on the slots", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1 && kernel_waiters(&slot_file(&lock, 2)) == 1
+    });
+    let (victim, slot, command_pid) = holders.remove(1);
+    kill(victim.pid(), "KILL");
+    kill(command_pid, "KILL");
+    let words = waiter.expect_ready();
+    assert_eq!(words, [slot]);
+    drop(victim);
+}
+
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // utime and stime: fields 14 and 15, the 12th and 13th after the name.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Context switches of every thread of `pid`: how often it woke.
+fn wakeups(pid: i32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status =
+            std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if line.starts_with("voluntary_ctxt_switches:")
+                || line.starts_with("nonvoluntary_ctxt_switches:")
+            {
+                total += line
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn waiters_use_no_cpu_while_they_wait() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let _holders = fill(&lock, 2);
+    let waiters: Vec<Child> = (0..2)
+        .map(|_| {
+            std_lockrun()
+                .args(["--slots", "2", "-w", "60"])
+                .arg(&lock)
+                .arg("true")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // One waiter queued behind the other: the other is at the head,
+    // waiting for a slot.
+    wait_for("one waiter at the head, one in the queue", || {
+        kernel_waiters(&lock) == 1
+    });
+    let before: Vec<(u64, u64)> = waiters
+        .iter()
+        .map(|w| (cpu_ticks(w.id() as i32), wakeups(w.id() as i32)))
+        .collect();
+    // The window over which CPU time is counted (not a synchronisation).
+    std::thread::sleep(Duration::from_secs(2));
+    for (waiter, (ticks, woke)) in waiters.iter().zip(before) {
+        let pid = waiter.id() as i32;
+        let used = cpu_ticks(pid) - ticks;
+        assert!(used <= 1, "a waiter used {used} clock ticks in 2 seconds");
+        // A poller wakes hundreds of times a second; the waiter's main
+        // thread looks at the clock 4 times a second, its helpers never.
+        let woke = wakeups(pid) - woke;
+        assert!(
+            woke <= 20,
+            "a waiter's threads woke {woke} times in 2 seconds"
+        );
+    }
+    for mut waiter in waiters {
+        let _ = waiter.kill();
+        let _ = waiter.wait();
+    }
+}
+
+#[test]
+fn holder_and_check_show_every_slot() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    // Nothing ever ran: a plain free lock file.
+    lockrun().arg("check").arg(&lock).assert().code(1);
+    let mut holders = fill_some(&lock, 3, 1);
+    // Slot 2 is taken and let go: its record names the last holder.
+    lockrun()
+        .args(["--slots", "3"])
+        .arg(&lock)
+        .args(["echo", "earlier"])
+        .assert()
+        .success();
+    let (bg, slot, pid) = holders.remove(0);
+    assert_eq!(slot, "1");
+    let text = holder_text(&lock);
+    assert!(text.contains("1 of 3 slots held"), "{text}");
+    assert!(
+        text.contains(&format!("slot 1: held (exclusive) by pid {pid}")),
+        "{text}"
+    );
+    assert!(text.contains("slot 2: free; last held by"), "{text}");
+    assert!(text.contains("slot 3: free (no holder record)"), "{text}");
+    lockrun().arg("check").arg(&lock).assert().code(0);
+
+    let json = holder_json(&lock);
+    assert_eq!(json["slots"], 3);
+    assert_eq!(json["state"], "held");
+    let slots = json["slot_reports"].as_array().unwrap();
+    assert_eq!(slots.len(), 3);
+    assert_eq!(slots[0]["state"], "held");
+    assert_eq!(slots[0]["record"]["pid"], pid);
+    assert_eq!(slots[1]["state"], "free");
+    assert_eq!(slots[1]["record"]["command"][1], "earlier");
+    assert_eq!(slots[2]["state"], "free");
+
+    drop(bg);
+    wait_for("the slot to be free", || {
+        kernel_holders(&slot_file(&lock, 1)) == 0
+    });
+    wait_for("the holder to be gone", || process_gone(pid));
+    lockrun().arg("check").arg(&lock).assert().code(1);
+    let json = holder_json(&lock);
+    assert_eq!(json["state"], "free");
+}
+
+/// Holds `held` of `n` slots: each holder prints `ready SLOT PID` and
+/// waits for a line on stdin.
+fn fill_some(lock: &Path, n: usize, held: usize) -> Vec<(Background, String, i32)> {
+    let slots = n.to_string();
+    (0..held)
+        .map(|_| {
+            let (bg, words) = Background::lockrun_holding(
+                &["--slots", &slots],
+                lock,
+                "echo ready $LOCKRUN_SLOT $$; read x",
+            );
+            let pid = words[1].parse().unwrap();
+            (bg, words[0].clone(), pid)
+        })
+        .collect()
+}
+
+#[test]
+fn a_signal_ends_the_wait_at_the_head_and_in_the_queue() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let _holders = fill(&lock, 2);
+    let ran = dir.path().join("ran");
+    let spawn = |extra: &[&str]| {
+        std_lockrun()
+            .args(["--slots", "2"])
+            .args(extra)
+            .arg(&lock)
+            .arg("touch")
+            .arg(&ran)
+            .spawn()
+            .unwrap()
+    };
+    // Waiting for ever (the main thread waits itself) and with a timeout
+    // (a helper thread waits): both end at the signal.
+    for extra in [&[][..], &["-w", "60"]] {
+        let mut head = spawn(extra);
+        wait_for("the head to wait on the slots", || {
+            kernel_waiters(&slot_file(&lock, 2)) == 1
+        });
+        let mut queued = spawn(extra);
+        wait_for("a waiter in the queue", || kernel_waiters(&lock) == 1);
+        for waiter in [&mut head, &mut queued] {
+            kill(waiter.id() as i32, "TERM");
+            assert_eq!(wait_child(waiter, BOUND).code(), Some(143));
+        }
+        wait_for("the slots' waiters to be gone", || {
+            kernel_waiters(&slot_file(&lock, 2)) == 0 && kernel_waiters(&lock) == 0
+        });
+    }
+    assert!(!ran.exists());
+}
+
+#[test]
+fn foreign_content_is_never_overwritten() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    // A slot file with someone else's content: the lock works, the
+    // content stays, no record is written.
+    let mine = b"#!/bin/sh\necho not a record\n";
+    std::fs::write(slot_file(&lock, 1), mine).unwrap();
+    lockrun()
+        .args(["--slots", "1"])
+        .arg(&lock)
+        .args(["sh", "-c", "test \"$LOCKRUN_SLOT\" = 1"])
+        .assert()
+        .success();
+    assert_eq!(std::fs::read(slot_file(&lock, 1)).unwrap(), mine);
+    // LOCKFILE with someone else's content cannot keep N: refused (77),
+    // untouched, and the command does not run.
+    let other = lock.with_extension("other");
+    std::fs::write(&other, mine).unwrap();
+    let ran = dir.path().join("ran");
+    let out = lockrun()
+        .args(["--slots", "2"])
+        .arg(&other)
+        .arg("touch")
+        .arg(&ran)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(77));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a lockrun record"), "{err}");
+    assert_eq!(std::fs::read(&other).unwrap(), mine);
+    assert!(!ran.exists());
+    // A plain lockrun never writes its record over the number of slots.
+    let header = std::fs::read(&lock).unwrap();
+    lockrun().arg(&lock).arg("true").assert().success();
+    assert_eq!(std::fs::read(&lock).unwrap(), header);
+}
+
+#[test]
+fn verbose_names_the_slot_and_the_holders_while_waiting() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let holders = fill(&lock, 1);
+    let mut waiter = std_lockrun()
+        .args(["-v", "--slots", "1"])
+        .arg(&lock)
+        .arg("true")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the waiter to wait", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1
+    });
+    drop(holders);
+    assert!(wait_child(&mut waiter, BOUND).success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut waiter.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("waiting for") && err.contains("slot 1: pid"),
+        "{err}"
+    );
+    assert!(err.contains("took slot 1 of 1"), "{err}");
+}
+
+/// How many threads `pid` has: the head of the queue has one per slot.
+fn threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_release_wakes_one_waiter_not_the_crowd() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let holders = fill(&lock, 1);
+    let spawn = || {
+        let mut cmd = std_lockrun();
+        cmd.args(["--slots", "1"])
+            .arg(&lock)
+            .args(["--", "sh", "-c", "echo ready; read x"]);
+        Background::spawn(cmd)
+    };
+    let head = spawn();
+    wait_for("the head to wait on the slot", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1
+    });
+    let crowd: Vec<Background> = (0..4).map(|_| spawn()).collect();
+    wait_for("four waiters in the queue", || kernel_waiters(&lock) == 4);
+    let before: Vec<u64> = crowd.iter().map(|w| wakeups(w.pid())).collect();
+    drop(holders);
+    head.expect_ready();
+    // One of the crowd is the new head: it waits on the slot.
+    wait_for("a new head", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1 && kernel_waiters(&lock) == 3
+    });
+    let mut woke_behind = 0;
+    let mut behind = 0;
+    for (waiter, before) in crowd.iter().zip(before) {
+        if threads(waiter.pid()) == 1 {
+            behind += 1;
+            woke_behind += wakeups(waiter.pid()) - before;
+        }
+    }
+    assert_eq!(behind, 3, "only the head may contend for the slots");
+    assert_eq!(
+        woke_behind, 0,
+        "waiters behind the new head woke on a release (a stampede)"
+    );
+}
