@@ -83,7 +83,25 @@ pub fn ago(t: SystemTime) -> String {
     }
 }
 
+/// Reads back what [`span`] wrote (`1.8s`, `13m 20s`), as a record's
+/// `max_time` keeps it.
+pub fn parse_span(text: &str) -> Option<Duration> {
+    if let Ok(d) = humantime::parse_duration(text) {
+        return Some(d);
+    }
+    let secs: f64 = text.strip_suffix('s')?.parse().ok()?;
+    Duration::try_from_secs_f64(secs).ok()
+}
+
 pub fn exit(exit: &Exit) -> String {
+    let how = exit_status(exit);
+    match &exit.max_time {
+        Some(limit) => format!("{how}, stopped by lockrun at --max-time {}", escape(limit)),
+        None => how,
+    }
+}
+
+fn exit_status(exit: &Exit) -> String {
     match (exit.code, exit.signal) {
         (_, Some(sig)) => match signal_name(sig) {
             Some(name) => format!("killed by signal {sig} ({name})"),

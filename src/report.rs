@@ -38,6 +38,32 @@ pub fn human(report: &Report) -> String {
     out
 }
 
+/// When `--max-time` runs out for a held lock: `stops at 03:00:03 UTC (in
+/// 13m) (--max-time 1h)`.
+fn stops_at(record: &crate::record::Record, limit: &str) -> String {
+    let shown = escape(limit);
+    let end = record
+        .acquired_at
+        .as_deref()
+        .and_then(display::parse_time)
+        .zip(display::parse_span(limit))
+        .and_then(|(from, limit)| from.checked_add(limit));
+    let Some(end) = end else {
+        return format!("stops at --max-time {shown}");
+    };
+    match end.duration_since(std::time::SystemTime::now()) {
+        Ok(left) => format!(
+            "stops at {} UTC (in {}) (--max-time {shown})",
+            display::clock(end),
+            display::span(left)
+        ),
+        Err(_) => format!(
+            "--max-time {shown} ran out at {} UTC: being stopped",
+            display::clock(end)
+        ),
+    }
+}
+
 fn held(report: &Report, path: &str) -> String {
     let mode = report
         .holders
@@ -77,6 +103,9 @@ fn held(report: &Report, path: &str) -> String {
                 let _ = write!(text, " via lockrun pid {via}");
             }
             _ => text.push_str(" lockrun exec'd the command in place"),
+        }
+        if let Some(limit) = &record.max_time {
+            let _ = write!(text, "\n  {}", stops_at(record, limit));
         }
         for other in report.holders.iter().filter(|h| {
             Some(i64::from(h.pid)) != record.pid && Some(i64::from(h.pid)) != record.lockrun_pid

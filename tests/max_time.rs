@@ -116,3 +116,57 @@ fn usage_errors() {
             .code(64);
     }
 }
+
+/// `holder` says when a held lock's limit runs out, and a free lock's last
+/// holder says it was stopped.
+#[test]
+fn holder_shows_the_limit() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut run, _) =
+        Background::lockrun_holding(&["--max-time", "1h"], &lock, "echo ready; read x");
+    let text = holder_text(&lock);
+    assert!(text.contains("stops at "), "{text}");
+    assert!(text.contains("(--max-time 1h)"), "{text}");
+    run.release();
+    assert!(run.wait_exit(BOUND).success());
+
+    lockrun()
+        .args(["--max-time", "100ms"])
+        .arg(&lock)
+        .args(["sleep", "60"])
+        .assert()
+        .code(124);
+    let text = holder_text(&lock);
+    assert!(
+        text.contains("stopped by lockrun at --max-time 100ms"),
+        "{text}"
+    );
+}
+
+/// With `--slots`, the limit stops what holds that slot and frees only it.
+#[test]
+fn with_slots_only_that_slot_is_freed() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut other, _) =
+        Background::lockrun_holding(&["--slots", "2"], &lock, "echo ready; read x");
+    let (mut limited, words) = Background::lockrun_holding(
+        &["--slots", "2", "--max-time", "300ms"],
+        &lock,
+        "sleep 60 & echo ready $!; wait",
+    );
+    let grandchild: i32 = words[0].parse().unwrap();
+    assert_eq!(limited.wait_exit(BOUND).code(), Some(124));
+    wait_for("the grandchild to be gone", || !alive(grandchild));
+    // One slot free again, the other still held.
+    lockrun()
+        .args(["--slots", "2", "-n"])
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .success();
+    assert!(!other.has_exited());
+    other.release();
+    assert!(other.wait_exit(BOUND).success());
+}
