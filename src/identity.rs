@@ -7,7 +7,6 @@
 //! kernel's to say.
 
 use crate::platform::{self, ProcessState};
-use crate::record::Record;
 use std::fs;
 use std::sync::OnceLock;
 
@@ -105,17 +104,28 @@ impl Liveness {
     }
 }
 
-pub fn record_holder(record: &Record) -> Liveness {
+/// Who a record says holds a lock: enough to tell whether that process is
+/// still the one the record names.
+pub struct Claim<'a> {
+    pub pid: Option<i64>,
+    pub pid_start: Option<u64>,
+    pub host: Option<&'a str>,
+    pub boot_id: Option<&'a str>,
+    pub pid_ns: Option<u64>,
+}
+
+/// Whether the process a record names is still alive, and the same one.
+pub fn liveness(record: &Claim) -> Liveness {
     let Some(pid) = record.pid.and_then(|p| i32::try_from(p).ok()) else {
         return Liveness::CannotTell;
     };
     let here = this_machine();
-    if let Some(host) = &record.host
-        && Some(host.as_str()) != host_name()
+    if let Some(host) = record.host
+        && Some(host) != host_name()
     {
         return Liveness::CannotTell;
     }
-    if let (Some(theirs), Some(ours)) = (&record.boot_id, &here.boot_id)
+    if let (Some(theirs), Some(ours)) = (record.boot_id, here.boot_id.as_deref())
         && theirs != ours
     {
         // Written before the last reboot: nobody from then is alive.

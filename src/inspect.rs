@@ -9,8 +9,8 @@
 mod slots;
 
 use crate::exit_codes::{self, Failure};
-use crate::identity::{self, Liveness};
-use crate::lock::LockMode;
+use crate::identity::Liveness;
+use crate::mode::LockMode;
 use crate::platform::{self, FdHolder, KernelLock, LockSpan};
 use crate::record::{self, Record};
 use rustix::fs::{Mode, OFlags};
@@ -157,7 +157,7 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     } else {
         (None, false)
     };
-    let liveness = record.as_ref().map(identity::record_holder);
+    let liveness = record.as_ref().map(Record::holder_liveness);
     let mut report = Report {
         record,
         record_holder_alive: liveness.and_then(Liveness::as_option),

@@ -9,7 +9,7 @@
 //! argv[0] on its own (`is_flock_name`), so it stays a pure function.
 
 use crate::display;
-use crate::lock::LockMode;
+use crate::mode::LockMode;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;

@@ -8,7 +8,6 @@
 //! error that hides the lock state, and writers never touch a file that
 //! holds anything but a record of ours.
 
-use crate::lock::LockFile;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -114,7 +113,7 @@ impl Record {
         me: crate::identity::Me,
         command: &[std::ffi::OsString],
         cwd: Option<&std::path::Path>,
-        mode: crate::lock::LockMode,
+        mode: crate::mode::LockMode,
     ) -> Record {
         Record {
             lockrun: FORMAT,
@@ -130,6 +129,18 @@ impl Record {
             pid_ns: me.pid_ns,
             ..Record::default()
         }
+    }
+
+    /// Whether the process this record names is still alive, and the same
+    /// one (pid, start time, boot, host, PID namespace).
+    pub fn holder_liveness(&self) -> crate::identity::Liveness {
+        crate::identity::liveness(&crate::identity::Claim {
+            pid: self.pid,
+            pid_start: self.pid_start,
+            host: self.host.as_deref(),
+            boot_id: self.boot_id.as_deref(),
+            pid_ns: self.pid_ns,
+        })
     }
 
     /// Parses lock file content. `None` for anything that is not a record of
@@ -305,27 +316,6 @@ impl NoRecord {
             NoRecord::Unreadable => "the lock file's content could not be read",
         }
     }
-}
-
-/// The data-protection rule: a record goes only into an empty file or one
-/// that already holds a record of ours, and only into a regular file with
-/// one name that we can open for writing. Checked with the lock held, so no
-/// lockrun can change the content under us. Returns the descriptor to write
-/// the record through.
-pub fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
-    if lock.is_dir {
-        return Err(NoRecord::Directory);
-    }
-    if lock.hard_links > 1 {
-        return Err(NoRecord::HardLinks);
-    }
-    let content = read_content(lock.file()).map_err(|_| NoRecord::Unreadable)?;
-    if !content.is_empty() && Record::parse(&content).is_none() {
-        return Err(NoRecord::ForeignContent);
-    }
-    // Only now, with the content known to be ours: a writable descriptor on
-    // a script, even for a moment, makes every exec of it fail (ETXTBSY).
-    lock.open_for_writing().map_err(|_| NoRecord::ReadOnly)
 }
 
 /// Replaces the record: one write of the whole line, then one truncate to

@@ -2,7 +2,7 @@
 //! one a record names.
 
 use super::{FdHolder, KernelLock, LockId, LockKind, LockSpan, ProcessState};
-use crate::lock::LockMode;
+use crate::mode::LockMode;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;

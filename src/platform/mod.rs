@@ -21,7 +21,7 @@ mod spawn;
 pub use process::{Target, wait_exited};
 pub use spawn::{CommandLine, die_with_parent, start_command};
 
-use crate::lock::LockMode;
+use crate::mode::LockMode;
 
 /// One lock as the kernel lists it: flock(2), or a byte range (POSIX or
 /// open-file-description).

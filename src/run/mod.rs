@@ -9,6 +9,7 @@
 //! beside a running one.
 
 pub mod command;
+pub mod progress;
 pub mod signals;
 pub mod supervise;
 pub mod wait;
@@ -19,11 +20,12 @@ use crate::backend::{Backend, Held};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
-use crate::lock::{LockMode, LockSpec};
+use crate::lock::LockSpec;
+use crate::mode::LockMode;
 use crate::persona;
 use crate::platform::{self, CommandLine};
-use crate::progress::Progress;
 use crate::record::{self, ChildRecord, Exit, Record};
+use progress::Progress;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;

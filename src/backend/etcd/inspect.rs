@@ -9,7 +9,7 @@
 
 use super::EtcdUrl;
 use super::client::{CALL_TIMEOUT, Client};
-use crate::identity::{self, Liveness};
+use crate::identity::Liveness;
 use crate::inspect::{EtcdLock, Holder, Report, State};
 use crate::record::Record;
 use std::time::Instant;
@@ -81,5 +81,5 @@ fn lease_keeper_alive(record: &Record) -> bool {
         pid_start: None,
         ..record.clone()
     };
-    identity::record_holder(&keeper) != Liveness::Dead
+    keeper.holder_liveness() != Liveness::Dead
 }

@@ -34,7 +34,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         &Flow {
             label,
             lockfile: OsString::from(&opts.url.text),
-            mode: crate::lock::LockMode::Exclusive,
+            mode: crate::mode::LockMode::Exclusive,
             wait: crate::run::wait::WaitPolicy {
                 nonblocking: opts.nonblocking,
                 timeout: opts.timeout,
@@ -89,7 +89,7 @@ impl EtcdBackend {
                     crate::identity::Me::gather(),
                     &opts.command,
                     cwd.as_deref(),
-                    crate::lock::LockMode::Exclusive,
+                    crate::mode::LockMode::Exclusive,
                 )
             }
             .to_line()

@@ -8,7 +8,8 @@
 use super::FileBackend;
 use crate::display;
 use crate::exit_codes::{self, Failure};
-use crate::lock::{self, LockFile, LockKind, LockMode};
+use crate::lock::{self, LockFile, LockKind};
+use crate::mode::LockMode;
 use crate::persona;
 use crate::run::wait::{self, NotAcquired, Silent, WaitPolicy};
 use std::path::Path;
@@ -56,7 +57,7 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
                 // `lockrun holder FILE` hint works.
                 let file = lock::describe_fd(opts.fd);
                 let file = display::escape(&file.to_string_lossy());
-                let holder = crate::progress::conflict_holder(backend.lock(), &file);
+                let holder = super::holder::conflict_holder(backend.lock(), &file);
                 eprintln!("lockrun: {}", display::busy(&file, &holder, waited));
             }
             Ok(opts.conflict_status)

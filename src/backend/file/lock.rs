@@ -24,20 +24,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockMode {
-    Exclusive,
-    Shared,
-}
-
-impl LockMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LockMode::Exclusive => "exclusive",
-            LockMode::Shared => "shared",
-        }
-    }
-}
+pub use crate::mode::LockMode;
 
 /// Which kernel lock to take: the one place that knows the lock calls.
 /// Everything else passes a `LockKind` through and calls `try_lock`,

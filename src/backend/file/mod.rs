@@ -2,14 +2,14 @@
 //! the last descriptor closes. The record lives in the lock file itself.
 
 pub mod fd_mode;
+pub mod holder;
 pub mod lock;
 pub mod slots;
 
 use super::{Backend, Capabilities, Held};
 use crate::exit_codes::{self, Failure};
 use crate::persona;
-use crate::progress;
-use crate::record::{self, Record};
+use crate::record::{self, NoRecord, Record};
 use crate::run::RunOptions;
 use crate::run::wait::{Blocking, Contender};
 use lock::{LockFile, LockMode, LockSpec};
@@ -149,7 +149,7 @@ impl Contender for FileBackend {
     }
 
     fn holder(&mut self) -> Option<String> {
-        progress::held_by(&self.lock)
+        holder::held_by(&self.lock)
     }
 }
 
@@ -164,7 +164,7 @@ impl Backend for FileBackend {
     };
 
     fn conflict_holder(&mut self) -> String {
-        progress::conflict_holder(&self.lock, &self.label)
+        holder::conflict_holder(&self.lock, &self.label)
     }
 
     fn failure_status(&self) -> u8 {
@@ -176,7 +176,7 @@ impl Backend for FileBackend {
     fn acquired(self, record: Option<&Record>, verbose: bool) -> Result<FileHeld, Failure> {
         let record_file = match record {
             None => None,
-            Some(_) => match record::may_write(&self.lock) {
+            Some(_) => match may_write(&self.lock) {
                 Ok(file) => Some(file),
                 Err(reason) => {
                     if verbose {
@@ -198,6 +198,27 @@ impl Backend for FileBackend {
             verbose,
         })
     }
+}
+
+/// The data-protection rule: a record goes only into an empty file or one
+/// that already holds a record of ours, and only into a regular file with
+/// one name that we can open for writing. Checked with the lock held, so no
+/// lockrun can change the content under us. Returns the descriptor to write
+/// the record through.
+pub(crate) fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
+    if lock.is_dir {
+        return Err(NoRecord::Directory);
+    }
+    if lock.hard_links > 1 {
+        return Err(NoRecord::HardLinks);
+    }
+    let content = record::read_content(lock.file()).map_err(|_| NoRecord::Unreadable)?;
+    if !content.is_empty() && Record::parse(&content).is_none() {
+        return Err(NoRecord::ForeignContent);
+    }
+    // Only now, with the content known to be ours: a writable descriptor on
+    // a script, even for a moment, makes every exec of it fail (ETXTBSY).
+    lock.open_for_writing().map_err(|_| NoRecord::ReadOnly)
 }
 
 pub struct FileHeld {

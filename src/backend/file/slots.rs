@@ -43,7 +43,6 @@ use crate::backend::{Backend, Capabilities, Held};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
-use crate::progress;
 use crate::record::{self, Record, SlotsHeader};
 use crate::run::RunOptions;
 use crate::run::signals;
@@ -212,7 +211,7 @@ impl Inner {
         if let Some(header) = SlotsHeader::parse(&content) {
             return same_n(&header, self.n, &self.label).map_err(|f| self.refused(f));
         }
-        let file = record::may_write(&self.queue).map_err(|reason| {
+        let file = super::may_write(&self.queue).map_err(|reason| {
             self.refused(Failure::new(
                 exit_codes::NO_PERMISSION,
                 format!(
@@ -401,7 +400,9 @@ impl Inner {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(i, slot)| Some(format!("slot {}: {}", i + 1, progress::held_by(slot)?)))
+            .filter_map(|(i, slot)| {
+                Some(format!("slot {}: {}", i + 1, super::holder::held_by(slot)?))
+            })
             .collect()
     }
 }

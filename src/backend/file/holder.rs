@@ -1,128 +1,12 @@
-//! What a person sees while lockrun waits: with `-v` a line saying who holds
-//! the lock, and on a terminal a live status line (after a second, so quick
-//! waits stay silent) that disappears once the lock is taken. Never a live
-//! line when stderr is a file or a pipe: cron mail and logs get no `\r`.
+//! Who holds a lock file, as the run path may tell it: from the record in
+//! the file, believed only where the kernel confirms it (fdinfo of the
+//! recorded processes), never from the kernel's whole lock table, which is
+//! `holder`'s job.
 
 use crate::display;
-use crate::identity::{self, Liveness};
+use crate::identity::Liveness;
 use crate::lock::LockFile;
 use crate::record::{self, Record};
-use crate::run::wait::WaitObserver;
-use std::io::Write;
-use std::time::Duration;
-
-pub struct Progress {
-    label: String,
-    verbose: bool,
-    quiet: bool,
-    /// Whether stderr is a terminal, asked only once waiting begins.
-    live: Option<bool>,
-    timeout: Option<Duration>,
-    announced: bool,
-    line_shown: bool,
-}
-
-impl Progress {
-    pub fn new(label: String, verbose: bool, quiet: bool, timeout: Option<Duration>) -> Self {
-        Progress {
-            label,
-            verbose,
-            quiet,
-            live: None,
-            timeout,
-            announced: false,
-            line_shown: false,
-        }
-    }
-}
-
-impl Progress {
-    fn is_live(&mut self) -> bool {
-        let quiet = self.quiet;
-        *self.live.get_or_insert_with(|| {
-            use std::io::IsTerminal;
-            !quiet && std::io::stderr().is_terminal()
-        })
-    }
-}
-
-impl WaitObserver for Progress {
-    fn waiting(&mut self, waited: Duration, holder: &mut dyn FnMut() -> Option<String>) {
-        if self.verbose && !self.announced {
-            self.announced = true;
-            let held = holder()
-                .map(|h| format!("held by {h}"))
-                .unwrap_or_else(|| "held by a process that left no holder record".to_owned());
-            eprintln!("lockrun: waiting for {}, {held}", self.label);
-        }
-        if self.is_live() && waited >= Duration::from_secs(1) {
-            let holder = holder().unwrap_or_else(|| "another process".to_owned());
-            let limit = self
-                .timeout
-                .map(|t| format!(" / {}", display::span(t)))
-                .unwrap_or_default();
-            let line = status_line(
-                &self.label,
-                &holder,
-                &format!("{}{limit}", display::span(waited)),
-                terminal_columns(),
-            );
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[K{line}");
-            let _ = err.flush();
-            self.line_shown = true;
-        }
-    }
-
-    fn needs_ticks(&mut self) -> bool {
-        self.is_live()
-    }
-
-    fn done(&mut self) {
-        if self.line_shown {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[K");
-            let _ = err.flush();
-        }
-    }
-}
-
-fn terminal_columns() -> usize {
-    use std::os::fd::AsFd;
-    crate::platform::terminal_columns(std::io::stderr().as_fd()).unwrap_or(80)
-}
-
-/// `lockrun: waiting for LABEL (held by HOLDER): 3.2s / 10s`, no wider than
-/// the terminal less one column: a status line that wraps leaves a row of
-/// junk behind at every refresh. The holder gives way first, then the
-/// label, so that the time waited stays in view. (Every character counts
-/// as one column: label and holder are escaped.)
-fn status_line(label: &str, holder: &str, time: &str, columns: usize) -> String {
-    let room = columns.saturating_sub(1).max(1);
-    let width = |parts: &[&str]| parts.iter().map(|p| p.chars().count()).sum::<usize>();
-    let cut = |text: &str, keep: usize| -> String {
-        if text.chars().count() <= keep {
-            text.to_owned()
-        } else if keep == 0 {
-            String::new()
-        } else {
-            text.chars().take(keep - 1).collect::<String>() + "…"
-        }
-    };
-    let frame = ["lockrun: waiting for ", " (held by ", "): "];
-    let fixed = width(&frame) + width(&[time]);
-    let label_width = label.chars().count();
-    let holder_room = room.saturating_sub(fixed + label_width).max(8);
-    let holder = cut(holder, holder_room);
-    let label_room = room.saturating_sub(fixed + holder.chars().count());
-    let label = cut(label, label_room);
-    let line = format!("lockrun: waiting for {label} (held by {holder}): {time}");
-    if line.chars().count() <= room {
-        line
-    } else {
-        line.chars().take(room).collect()
-    }
-}
 
 /// Who holds the lock according to its record, if the record names a live
 /// holder that the kernel confirms. Reads the record, /proc/PID/stat and
@@ -214,7 +98,7 @@ fn confirmed(lock: &LockFile, record: &Record) -> Confirmed {
         return Confirmed::Gone;
     }
     let summary = || display::holder_summary(record);
-    match identity::record_holder(record) {
+    match record.holder_liveness() {
         Liveness::Dead => return Confirmed::Gone,
         Liveness::CannotTell => return Confirmed::CannotTell(summary()),
         Liveness::Alive => {}
