@@ -189,6 +189,7 @@ pub enum Invocation {
     Run(RunOptions),
     /// The run form on a lock URL.
     EtcdRun(etcd::RunOptions),
+    PgRun(crate::postgres::RunOptions),
     Fd(FdOptions),
     Holder {
         json: bool,
@@ -211,10 +212,14 @@ pub enum Invocation {
 pub enum LockTarget {
     File(PathBuf),
     Etcd(EtcdUrl),
+    Postgres(crate::postgres::PgUrl),
 }
 
 impl LockTarget {
     pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
+        if crate::postgres::is_url(&arg) {
+            return parse_postgres(&arg);
+        }
         if !etcd::is_url(&arg) {
             return Ok(LockTarget::File(PathBuf::from(arg)));
         }
@@ -232,6 +237,23 @@ impl LockTarget {
             .map(LockTarget::Etcd)
             .map_err(|e| Failure::new(exit_codes::USAGE, e))
     }
+}
+
+/// `postgres://…#NAME` or `postgresql://…#NAME` (CONTRACT §12).
+fn parse_postgres(arg: &std::ffi::OsStr) -> Result<LockTarget, Failure> {
+    use crate::postgres::{self, PgUrl};
+    if !postgres::ENABLED {
+        return Err(postgres::not_built());
+    }
+    let text = arg.to_str().ok_or_else(|| {
+        Failure::new(
+            exit_codes::USAGE,
+            "the postgres:// lock URL is not valid UTF-8",
+        )
+    })?;
+    PgUrl::parse(text)
+        .map(LockTarget::Postgres)
+        .map_err(|e| Failure::new(exit_codes::USAGE, e))
 }
 
 pub fn command() -> clap::Command {
@@ -468,6 +490,7 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
     let path = match LockTarget::parse(target)? {
         LockTarget::File(path) => path,
         LockTarget::Etcd(url) => return etcd_run(url, args, mode, wait, command),
+        LockTarget::Postgres(url) => return postgres_run(url, args, mode, wait, command),
     };
     if args.ttl.is_some() {
         return Err(usage("--ttl applies only to etcd:// lock URLs"));
@@ -536,6 +559,48 @@ fn etcd_run(
         write_record: !args.no_record,
         ttl: args.ttl.unwrap_or(etcd::DEFAULT_TTL),
         kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
+        max_time: args.max_time,
+    }))
+}
+
+/// The run form on a postgres:// lock URL: refused like etcd's where a
+/// connection-held lock cannot do what a file lock does.
+fn postgres_run(
+    url: crate::postgres::PgUrl,
+    args: RunArgs,
+    mode: LockMode,
+    wait: WaitPolicy,
+    command: Vec<OsString>,
+) -> Result<Invocation, Failure> {
+    use crate::postgres;
+    let usage =
+        |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
+    if mode == LockMode::Shared {
+        return Err(usage(
+            "postgres:// locks are exclusive only; -s cannot be used",
+        ));
+    }
+    if args.no_fork {
+        return Err(usage(
+            "-F cannot be used with a postgres:// lock: lockrun must stay to keep the connection",
+        ));
+    }
+    if wait.poll.is_some() {
+        return Err(usage(
+            "--poll does not apply to postgres:// locks: the server itself wakes the waiter",
+        ));
+    }
+    Ok(Invocation::PgRun(postgres::RunOptions {
+        url,
+        nonblocking: wait.nonblocking,
+        timeout: wait.timeout,
+        conflict_status: args.conflict_exit_code,
+        command,
+        quiet: args.quiet,
+        verbose: args.verbose,
+        write_record: !args.no_record,
+        ttl: args.ttl.unwrap_or(postgres::DEFAULT_TTL),
+        kill_grace: args.kill_grace.unwrap_or(postgres::DEFAULT_KILL_GRACE),
         max_time: args.max_time,
     }))
 }

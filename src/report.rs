@@ -81,11 +81,13 @@ fn held(report: &Report, path: &str) -> String {
             let _ = write!(text, "\n  also held through {}", process(other));
         }
         etcd_key(report, &mut text);
+        pg_session(report, &mut text);
         return text;
     }
 
     let mut text = match report.holders.as_slice() {
         [] if report.etcd.is_some() => format!("{path}: held ({mode}) by an etcd client"),
+        [] if report.postgres.is_some() => format!("{path}: held ({mode}) by a PostgreSQL session"),
         [] => format!("{path}: held ({mode}) by a process this PID namespace cannot see"),
         [only] => format!("{path}: held ({mode}) by {}", process(only)),
         // One exclusive lock, its descriptor inherited by several processes.
@@ -119,6 +121,7 @@ fn held(report: &Report, path: &str) -> String {
         Some(_) => {}
     }
     etcd_key(report, &mut text);
+    pg_session(report, &mut text);
     text
 }
 
@@ -133,6 +136,30 @@ fn etcd_key(report: &Report, text: &mut String) {
             etcd.fencing_token
         );
     }
+}
+
+/// For a PostgreSQL lock URL: the session that holds it and the key.
+fn pg_session(report: &Report, text: &mut String) {
+    let Some(pg) = &report.postgres else {
+        return;
+    };
+    let Some(pid) = pg.backend_pid else {
+        return;
+    };
+    let _ = write!(text, "\n  PostgreSQL session: server pid {pid}");
+    if let Some(app) = &pg.application_name {
+        let _ = write!(text, ", application '{}'", escape(app));
+    }
+    if let Some(user) = &pg.user {
+        let _ = write!(text, ", user {}", escape(user));
+    }
+    if let Some(addr) = &pg.client_addr {
+        let _ = write!(text, " from {}", escape(addr));
+    }
+    if let Some(since) = &pg.backend_start {
+        let _ = write!(text, ", connected {}", escape(since));
+    }
+    let _ = write!(text, "; advisory key {}", pg.key);
 }
 
 fn free(report: &Report, path: &str) -> String {

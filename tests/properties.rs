@@ -118,6 +118,7 @@ fn any_report() -> impl Strategy<Value = Report> {
                         lease,
                         fencing_token,
                     }),
+                    postgres: None,
                 }
             },
         )
