@@ -138,7 +138,7 @@ impl Server {
         for _attempt in 0..5 {
             let port = free_port();
             let script = format!(
-                "\"$0\" -D \"$1\" -p {port} -k \"$2\" {} 2>\"$1/../log\" & p=$!; read x; kill -INT $p; wait $p; rm -rf \"$3\"",
+                "while :; do \"$0\" -D \"$1\" -p {port} -k \"$2\" {} 2>>\"$1/../log\" & p=$!; read x; r=$?; kill -INT $p; wait $p; [ $r = 0 ] && [ \"$x\" = restart ] || break; done; rm -rf \"$3\"",
                 settings.join(" ")
             );
             let mut cmd = Command::new("sh");
@@ -192,6 +192,19 @@ impl Server {
             );
             drop(guard);
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A fast shutdown (every session is ended) and a start on the same
+    /// port and data.
+    fn restart(&self) {
+        if let Some((_, stdin)) = self
+            .guard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            std::io::Write::write_all(stdin, b"restart\n").expect("ask for a restart");
         }
     }
 
@@ -585,4 +598,142 @@ fn a_lock_taken_from_psql_with_the_documented_key_excludes_lockrun() {
         .assert()
         .success();
     assert_eq!(pg.holders("from-sql"), 0);
+}
+
+#[test]
+fn verbose_waiting_names_the_holder() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("verbose");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let out = lockrun()
+        .args(["-v", "-w", "0.3", &url, "true"])
+        .assert()
+        .code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains(&format!("pid {}", words[0])), "{stderr}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let out = lockrun().args(["-v", &url, "true"]).assert().success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("took the lock verbose (key "), "{stderr}");
+}
+
+#[test]
+fn a_server_restart_stops_the_command_with_76_and_the_lock_is_free_after() {
+    let Some(pg) = Server::start(None) else {
+        return;
+    };
+    let url = pg.url("restarted");
+    let (mut holder, words) = holding(
+        &["--ttl", "1s", "--kill-grace", "1s"],
+        &url,
+        "trap 'echo got TERM; exit 0' TERM; echo ready $$; while :; do sleep 0.05; done",
+    );
+    let command: i32 = words[0].parse().expect("pid");
+    pg.restart();
+    assert_eq!(holder.line(BOUND).as_deref(), Some("got TERM"));
+    let status = holder.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    assert!(process_gone(command));
+    assert!(pg.wait_ready());
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
+
+/// A test CA and a server certificate for `localhost`, made with openssl.
+fn certificates(dir: &Path) -> bool {
+    if !needs("openssl", "to make a test CA") {
+        return false;
+    }
+    let run = |args: &str| {
+        let status = Command::new("sh")
+            .current_dir(dir)
+            .args(["-c", &format!("openssl {args} 2>/dev/null")])
+            .status()
+            .expect("run openssl");
+        assert!(status.success(), "openssl {args}");
+    };
+    let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    for ca in ["ca", "other-ca"] {
+        run(&format!(
+            "req -x509 {ec} -keyout {ca}.key -out {ca}.crt -days 2 -subj /CN=lockrun-test-{ca}"
+        ));
+    }
+    std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost\n").expect("ext file");
+    run(&format!(
+        "req {ec} -keyout server.key -out server.csr -subj /CN=localhost"
+    ));
+    run(
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile ext",
+    );
+    true
+}
+
+#[test]
+fn tls_from_require_to_verify_full() {
+    let certs = temp_dir();
+    if !certificates(certs.path()) {
+        return;
+    }
+    let Some(pg) = Server::start(Some(certs.path())) else {
+        return;
+    };
+    let home = temp_dir();
+    let ca = certs.path().join("ca.crt");
+    let url = |host: &str, mode: &str, root: &Path| {
+        format!(
+            "postgres://app@{host}:{}/postgres?sslmode={mode}&sslrootcert={}#tls",
+            pg.port,
+            root.display()
+        )
+    };
+    let lockrun_tls = |url: &str| {
+        let mut cmd = lockrun();
+        cmd.env("PGPASSWORD", "secret").env("HOME", home.path());
+        cmd.args([url, "sh", "-c", "echo \"$LOCKRUN_FENCING_TOKEN\""]);
+        cmd.assert()
+    };
+    // The right CA and name: the session is encrypted.
+    let (mut holder, _) = {
+        let mut cmd = std_lockrun();
+        cmd.env("PGPASSWORD", "secret")
+            .env("HOME", home.path())
+            .arg(url("localhost", "verify-full", &ca))
+            .args(["sh", "-c", "echo ready; read x"])
+            .stderr(Stdio::piped());
+        let bg = Background::spawn(cmd);
+        let words = bg.expect_ready();
+        (bg, words)
+    };
+    let backend = pg.psql("SELECT l.pid FROM pg_locks l WHERE locktype = 'advisory' AND granted");
+    assert_eq!(
+        pg.psql(&format!(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = {backend}"
+        )),
+        "t"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // verify-ca checks the chain, not the name; verify-full both.
+    lockrun_tls(&url("127.0.0.1", "verify-ca", &ca)).success();
+    let out = lockrun_tls(&url("127.0.0.1", "verify-full", &ca)).code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("certificate"), "{stderr}");
+    let other = certs.path().join("other-ca.crt");
+    let out = lockrun_tls(&url("localhost", "verify-full", &other)).code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("certificate"), "{stderr}");
+    // require encrypts without verifying (no root certificate anywhere).
+    let plain = format!(
+        "postgres://app@127.0.0.1:{}/postgres?sslmode=require#tls",
+        pg.port
+    );
+    lockrun_tls(&plain).success();
+    // And require against a server without TLS is refused.
+    if let Some(shared) = shared() {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=require#tls",
+            shared.port
+        );
+        lockrun().args([&url, "true"]).assert().code(69);
+    }
 }

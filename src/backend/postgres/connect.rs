@@ -228,14 +228,15 @@ impl Target {
     }
 }
 
-/// libpq's default: the Unix socket directory where there is one.
+/// libpq's default: the Unix socket directory, Debian's where it exists,
+/// upstream's otherwise.
 fn default_host() -> String {
-    for dir in ["/var/run/postgresql", "/tmp"] {
-        if Path::new(dir).join(".s.PGSQL.5432").exists() {
-            return dir.to_owned();
-        }
+    let debian = "/var/run/postgresql";
+    if Path::new(debian).is_dir() {
+        debian.to_owned()
+    } else {
+        "/tmp".to_owned()
     }
-    "localhost".to_owned()
 }
 
 fn os_user() -> Option<String> {

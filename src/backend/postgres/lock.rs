@@ -329,9 +329,16 @@ impl Backend for PgBackend {
             self.comment,
             session::holds_sql(self.key)
         );
-        let row = client
-            .simple_query(&sql)
-            .map_err(|e| self.failure(&connect::explain(&e)))?;
+        // A cancel request sent as the wait ended may land on this
+        // statement instead of the wait it was meant for: try again.
+        let mut attempts = 0;
+        let row = loop {
+            attempts += 1;
+            match client.simple_query(&sql) {
+                Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) && attempts < 3 => {}
+                other => break other.map_err(|e| self.failure(&connect::explain(&e)))?,
+            }
+        };
         let row = first_value(&row).unwrap_or_default();
         let value = |i: usize| {
             row.get(i)

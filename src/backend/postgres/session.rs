@@ -13,6 +13,7 @@
 //! network for longer than that). Judged from our side, conservatively:
 //! the TTL counts from when the last confirmed check was *sent*.
 
+use postgres::error::SqlState;
 use postgres::{Client, SimpleQueryMessage};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -173,6 +174,11 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
                 Some(1) => Ok(()),
                 _ => Err("the server says our session no longer holds the lock".to_owned()),
             },
+            // A late cancel request meant for the wait: the session is fine.
+            Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
+                next = Instant::now() + Duration::from_millis(50);
+                continue;
+            }
             Err(e) => Err(format!(
                 "the connection to PostgreSQL broke, so the server has released the lock or will: {}",
                 super::connect::explain(&e)
