@@ -384,6 +384,35 @@ fn a_timed_out_waiter_gives_up_and_leaves_no_waiter_behind() {
 }
 
 #[test]
+fn the_deadline_cancels_the_wait_in_the_server() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("cancelled");
+    let (mut holder, _) = holding(&[], &url, "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "3", &url, "true"]).stderr(Stdio::piped());
+    let mut waiter = Background::spawn(cmd);
+    wait_for("the waiter to queue in the server", || {
+        pg.waiters("cancelled") == 1
+    });
+    let backend = pg.psql(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('cancelled', 0)",
+    );
+    assert_eq!(waiter.wait_exit(BOUND).code(), Some(75));
+    // A cancel request ended the server-side wait (rather than lockrun
+    // leaving its waiting thread behind and the session ending with it).
+    let log = std::fs::read_to_string(pg.dir.join("log")).expect("server log");
+    assert!(
+        log.lines().any(|l| l.contains(&format!(
+            "[{backend}] ERROR:  canceling statement due to user request"
+        ))),
+        "no cancel for backend {backend} in the server log"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
 fn a_signal_ends_a_server_side_wait_and_the_next_waiter_is_woken() {
     let Some(pg) = shared() else { return };
     let url = pg.url("signalled");
