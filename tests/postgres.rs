@@ -766,3 +766,41 @@ fn tls_from_require_to_verify_full() {
         lockrun().args([&url, "true"]).assert().code(69);
     }
 }
+
+#[test]
+fn the_record_needs_the_same_role_or_pg_read_all_stats() {
+    let Some(pg) = shared() else { return };
+    pg.psql("DO $$ BEGIN CREATE ROLE viewer LOGIN PASSWORD 'secret'; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+    let url = pg.url("privileged");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let as_viewer = format!(
+        "postgres://viewer@127.0.0.1:{}/postgres?sslmode=disable#privileged",
+        pg.port
+    );
+    let look = || {
+        let out = lockrun()
+            .env("PGPASSWORD", "secret")
+            .args(["holder", "--json", &as_viewer])
+            .output()
+            .expect("run holder");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("holder JSON")
+    };
+    // Anyone who can connect sees that it is held, and by which session.
+    let json = look();
+    assert_eq!(json["state"], "held", "{json}");
+    assert!(json["record"].is_null(), "{json}");
+    assert!(json["postgres"]["backend_pid"].is_i64(), "{json}");
+    assert!(
+        json["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("pg_read_all_stats"),
+        "{json}"
+    );
+    pg.psql("GRANT pg_read_all_stats TO viewer");
+    let json = look();
+    pg.psql("REVOKE pg_read_all_stats FROM viewer");
+    assert_eq!(json["record"]["pid"].to_string(), words[0], "{json}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
