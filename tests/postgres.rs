@@ -804,3 +804,52 @@ fn the_record_needs_the_same_role_or_pg_read_all_stats() {
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
 }
+
+#[test]
+fn the_connection_comes_from_pg_variables_and_the_password_file() {
+    let Some(pg) = shared() else { return };
+    let dir = temp_dir();
+    let passfile = dir.path().join("pgpass");
+    std::fs::write(
+        &passfile,
+        format!(
+            "# comment\nother:1:*:*:nope\n127.0.0.1:{}:*:app:secret\n",
+            pg.port
+        ),
+    )
+    .expect("write pgpass");
+    let chmod = |mode| {
+        std::fs::set_permissions(
+            &passfile,
+            std::os::unix::fs::PermissionsExt::from_mode(mode),
+        )
+        .expect("chmod pgpass")
+    };
+    chmod(0o600);
+    let from_env = || {
+        let mut cmd = lockrun();
+        cmd.env("PGHOST", "127.0.0.1")
+            .env("PGPORT", pg.port.to_string())
+            .env("PGUSER", "app")
+            .env("PGDATABASE", "postgres")
+            .env("PGSSLMODE", "disable")
+            .env("PGPASSFILE", &passfile)
+            .env_remove("PGPASSWORD")
+            .args([
+                "postgres:///#from-env",
+                "sh",
+                "-c",
+                "echo $LOCKRUN_LOCKFILE",
+            ]);
+        cmd.assert()
+    };
+    from_env().success().stdout("postgres:///#from-env\n");
+    // Like libpq, a password file others can read is ignored, loudly.
+    chmod(0o644);
+    let out = from_env().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("has group or world access; ignored"),
+        "{stderr}"
+    );
+}
