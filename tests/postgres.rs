@@ -853,3 +853,17 @@ fn the_connection_comes_from_pg_variables_and_the_password_file() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_lock_is_free_once_lockrun_has_exited() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("sequence");
+    // Each run must have let go before it exits, not when the server gets
+    // round to the closed connection: the next -n finds it free.
+    let script = "i=0; while [ $i -lt 40 ]; do \"$0\" \"$1\" true || exit 1; \"$0\" -n \"$1\" true || exit 2; i=$((i+1)); done";
+    let status = Command::new("sh")
+        .args(["-c", script, bin(), &url])
+        .status()
+        .expect("run the sequence");
+    assert!(status.success(), "{status:?}");
+}

@@ -273,9 +273,12 @@ impl Contender for PgBackend {
     }
 
     fn undo(&mut self) {
-        // Closing the session releases whatever it holds.
-        drop(self.take_returned());
-        drop(self.client.take());
+        // Released before lockrun exits (closing alone would release it
+        // only once the server notices).
+        let unlock = format!("SELECT pg_advisory_unlock({})", self.key);
+        if let Some(mut client) = self.take_returned().or_else(|| self.client.take()) {
+            let _ = client.simple_query(&unlock);
+        }
     }
 
     fn holder(&mut self) -> Option<String> {

@@ -195,7 +195,13 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
         }
         next = sent + interval;
     }
-    // Ending the session releases the lock.
+    // Ending the session releases the lock, but the server handles a
+    // closed connection after we are gone: a script's next `lockrun -n`
+    // could still find the lock held. Unlocking first makes the release
+    // happen before lockrun exits.
+    if shared.lock().lost.is_none() {
+        let _ = client.simple_query(&format!("SELECT pg_advisory_unlock({key})"));
+    }
     drop(client);
     shared.lock().closed = true;
     shared.wake.notify_all();
