@@ -867,3 +867,22 @@ fn the_lock_is_free_once_lockrun_has_exited() {
         .expect("run the sequence");
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn max_time_stops_the_command_and_releases_the_lock() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("max-time");
+    lockrun()
+        .args([
+            "--max-time",
+            "0.3",
+            "--kill-grace",
+            "1s",
+            &url,
+            "sleep",
+            "30",
+        ])
+        .assert()
+        .code(124);
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
