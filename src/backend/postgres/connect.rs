@@ -172,7 +172,7 @@ impl Target {
             None => env("PGSSLMODE").map_or(Ok(Ssl::Prefer), |m| Ssl::parse(&m))?,
         };
         let explicit_root = root_cert.or_else(|| env("PGSSLROOTCERT").map(PathBuf::from));
-        let tls = tls_for(ssl, explicit_root, env)?;
+        let tls = tls_for(ssl, explicit_root)?;
         config.ssl_mode(match ssl {
             Ssl::Disable => SslMode::Disable,
             Ssl::Allow | Ssl::Prefer => SslMode::Prefer,
@@ -239,20 +239,13 @@ fn default_host() -> String {
     }
 }
 
+/// libpq's default user: the effective user's name, read the way the rest
+/// of lockrun reads it (from /etc/passwd, never through NSS, which a
+/// static binary cannot load).
 fn os_user() -> Option<String> {
-    // SAFETY: getpwuid returns a pointer into static storage or NULL; read
-    // at once, on the main thread before any other thread exists.
-    unsafe {
-        let pw = libc::getpwuid(libc::geteuid());
-        if pw.is_null() || (*pw).pw_name.is_null() {
-            return None;
-        }
-        std::ffi::CStr::from_ptr((*pw).pw_name)
-            .to_str()
-            .ok()
-            .map(str::to_owned)
-    }
-    .or_else(|| std::env::var("USER").ok())
+    crate::identity::Me::gather()
+        .user
+        .or_else(|| std::env::var("USER").ok())
 }
 
 fn home() -> Option<PathBuf> {
@@ -351,11 +344,10 @@ fn provider() -> Arc<CryptoProvider> {
 /// The TLS set-up for `ssl`. As in libpq: `require` verifies the chain
 /// only when a root certificate file is there; `verify-ca` verifies the
 /// chain, `verify-full` the chain and the host name.
-fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>, env: Env) -> Result<Tls, String> {
+fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
     if ssl == Ssl::Disable {
         return Ok(Tls::None);
     }
-    let _ = env;
     let default_root = home().map(|h| h.join(".postgresql/root.crt"));
     let root = explicit_root
         .clone()
