@@ -160,6 +160,11 @@ fn pg_session(report: &Report, text: &mut String) {
         let _ = write!(text, ", connected {}", escape(since));
     }
     let _ = write!(text, "; advisory key {}", pg.key);
+    if report.record.is_none()
+        && let Some(reason) = &report.reason
+    {
+        let _ = write!(text, "\n  ({})", escape(reason));
+    }
 }
 
 fn free(report: &Report, path: &str) -> String {
@@ -171,6 +176,10 @@ fn free(report: &Report, path: &str) -> String {
             return format!(
                 "{path}: free; its content could not be read, so who held it last is unknown"
             );
+        }
+        if report.postgres.is_some() {
+            // The record lived in the holder's session, which has ended.
+            return format!("{path}: free (PostgreSQL keeps no record of past holders)");
         }
         return format!("{path}: free (no holder record)");
     };

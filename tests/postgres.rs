@@ -570,6 +570,10 @@ fn holder_and_check_name_the_holding_session() {
     assert!(holder.wait_exit(BOUND).success());
     lockrun().args(["check", "-q", &url]).assert().code(1);
     assert_eq!(holder_json(&url)["state"], "free");
+    assert_eq!(
+        holder_text(&url),
+        format!("{url}: free (PostgreSQL keeps no record of past holders)\n")
+    );
 }
 
 #[test]
@@ -796,6 +800,20 @@ fn the_record_needs_the_same_role_or_pg_read_all_stats() {
             .unwrap_or("")
             .contains("pg_read_all_stats"),
         "{json}"
+    );
+    let out = lockrun()
+        .env("PGPASSWORD", "secret")
+        .args(["holder", &as_viewer])
+        .output()
+        .expect("run holder");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("held (exclusive) by a PostgreSQL session"),
+        "{text}"
+    );
+    assert!(
+        text.contains("needs the same role or pg_read_all_stats"),
+        "{text}"
     );
     pg.psql("GRANT pg_read_all_stats TO viewer");
     let json = look();

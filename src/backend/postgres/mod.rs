@@ -157,7 +157,10 @@ impl PgUrl {
 
 /// Where passwords sit in a connection URI: the userinfo's password and
 /// the value of a `password=` query parameter. Byte ranges, so that the
-/// process title can be overwritten in place.
+/// process title can be overwritten in place. The userinfo ends at the
+/// last `@` before the fragment, even past a `/` or `?`: a password
+/// written without percent-encoding must still be hidden, and hiding too
+/// much of a message is the better mistake.
 pub fn password_spans(url: &[u8]) -> Vec<Range<usize>> {
     let mut spans = Vec::new();
     let Some(start) = SCHEMES
@@ -168,18 +171,16 @@ pub fn password_spans(url: &[u8]) -> Vec<Range<usize>> {
         return spans;
     };
     let end = url.iter().position(|&b| b == b'#').unwrap_or(url.len());
-    let authority_end = url[start..end]
-        .iter()
-        .position(|&b| b == b'/' || b == b'?')
-        .map_or(end, |p| start + p);
-    if let Some(at) = url[start..authority_end].iter().rposition(|&b| b == b'@') {
+    let mut query_from = start;
+    if let Some(at) = url[start..end].iter().rposition(|&b| b == b'@') {
         let userinfo = start..start + at;
         if let Some(colon) = url[userinfo.clone()].iter().position(|&b| b == b':') {
             spans.push(userinfo.start + colon + 1..userinfo.end);
         }
+        query_from = userinfo.end;
     }
-    if let Some(q) = url[start..end].iter().position(|&b| b == b'?') {
-        let mut pos = start + q + 1;
+    if let Some(q) = url[query_from..end].iter().position(|&b| b == b'?') {
+        let mut pos = query_from + q + 1;
         for param in url[pos..end].split(|&b| b == b'&') {
             if let Some(value) = param.strip_prefix(b"password=") {
                 let from = pos + "password=".len();
@@ -257,6 +258,32 @@ mod tests {
         }
         let err = PgUrl::parse("postgres://u:pw@h/db").unwrap_err();
         assert!(!err.contains("pw@"), "{err}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn redacting_hides_the_password(
+            user in "[a-z]{1,8}",
+            password in "[A-Za-z0-9@:/?&=%]{1,12}",
+            rest in "[a-z0-9/?=&.:]{0,30}",
+        ) {
+            let url = format!("postgres://{user}:{password}@host/db{rest}#n");
+            let shown = redact(&url);
+            proptest::prop_assert!(
+                shown.starts_with(&format!("postgres://{user}:***@host/db")),
+                "{}",
+                shown
+            );
+            if let Ok(parsed) = PgUrl::parse(&url) {
+                proptest::prop_assert_eq!(parsed.text, shown);
+            }
+        }
+
+        #[test]
+        fn redacting_anything_never_panics(text in "\\PC{0,60}") {
+            let _ = redact(&format!("postgres://{text}"));
+            let _ = PgUrl::parse(&format!("postgresql://{text}"));
+        }
     }
 
     #[test]
