@@ -23,7 +23,9 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
         .map(|arg| std::ffi::OsStr::from_bytes(arg.to_bytes()).to_owned())
         .collect();
-    hide_passwords(argc, argv);
+    if postgres::ENABLED {
+        hide_passwords(argc, argv);
+    }
     let status = match cli::parse(args).and_then(dispatch) {
         Ok(Ending::Status(status)) => status,
         Ok(Ending::Signal(sig)) => signals::die_by(sig),

@@ -904,3 +904,46 @@ fn max_time_stops_the_command_and_releases_the_lock() {
         .code(124);
     lockrun().args(["-n", &url, "true"]).assert().success();
 }
+
+#[test]
+fn the_server_probes_the_holders_connection_within_the_ttl() {
+    let Some(pg) = shared() else { return };
+    if !needs(
+        "ss",
+        "to see the server's keepalive timer (Debian: iproute2)",
+    ) {
+        return;
+    }
+    let url = pg.url("keepalive");
+    let (mut holder, _) = holding(&["--ttl", "6s"], &url, "echo ready; read x");
+    let json = holder_json(&url);
+    let backend = json["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("backend pid");
+    let client_port = pg.psql(&format!(
+        "SELECT client_port FROM pg_stat_activity WHERE pid = {backend}"
+    ));
+    // The server's end of the holder's connection: its keepalive timer is
+    // the TTL (6s), not the system's default of two hours.
+    let out = Command::new("ss")
+        .args(["-tnoH", "state", "established"])
+        .arg(format!(
+            "( sport = :{} and dport = :{client_port} )",
+            pg.port
+        ))
+        .output()
+        .expect("run ss");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("timer:(keepalive,"), "{text}");
+    let timer = text
+        .split("timer:(keepalive,")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .unwrap_or("");
+    assert!(
+        timer.ends_with("sec") || timer.ends_with("ms"),
+        "keepalive timer {timer}: {text}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}

@@ -200,18 +200,6 @@ impl Target {
             .tcp_user_timeout(ttl);
     }
 
-    /// Startup `options` (`-c name=value`), after any the URI gave.
-    pub fn server_settings(&mut self, settings: &[(&str, String)]) {
-        let mut options = self.config.get_options().unwrap_or("").to_owned();
-        for (name, value) in settings {
-            if !options.is_empty() {
-                options.push(' ');
-            }
-            options.push_str(&format!("-c {name}={value}"));
-        }
-        self.config.options(&options);
-    }
-
     pub fn connect(&self) -> Result<Client, postgres::Error> {
         match &self.tls {
             Tls::None => self.config.connect(NoTls),

@@ -141,7 +141,6 @@ impl PgBackend {
         let mut target = Target::new(&opts.url, &application_name(), &connect::process_env)
             .map_err(|e| unavailable(label, &e))?;
         target.keepalive(opts.ttl);
-        target.server_settings(&server_keepalive(opts.ttl));
         if target.password_in_url && opts.verbose {
             eprintln!(
                 "lockrun: warning: the lock URL carries a password, which other users can see in `ps` until lockrun hides it; prefer PGPASSWORD or ~/.pgpass"
@@ -173,11 +172,15 @@ impl PgBackend {
             Vec::new()
         };
         let comment = comment(&record);
+        // The key, and the server-side keepalives in the same round trip
+        // (set_config rather than startup options, which PgBouncer refuses).
+        let settings = server_keepalive(opts.ttl);
+        let mut sql = "SELECT hashtextextended($1, 0), pg_backend_pid()".to_owned();
+        for (name, value) in &settings {
+            sql.push_str(&format!(", set_config('{name}', '{value}', false)"));
+        }
         let row = client
-            .query_one(
-                "SELECT hashtextextended($1, 0), pg_backend_pid()",
-                &[&opts.url.name],
-            )
+            .query_one(&sql, &[&opts.url.name])
             .map_err(|e| unavailable(label, &connect::explain(&e)))?;
         let key: i64 = row.get(0);
         let backend_pid: i32 = row.get(1);
