@@ -10,7 +10,20 @@
 //!
 //! The key is computed by the server from the name so that anyone can take
 //! the same lock from SQL: `pg_advisory_lock(hashtextextended('NAME', 0))`
-//! in the same database (advisory locks are per database).
+//! in the same database (advisory locks are per database; PostgreSQL 12
+//! or later). The command's `LOCKRUN_FENCING_TOKEN` is `txid_current()`
+//! (the same number as `pg_current_xact_id()`) taken once the lock is
+//! held: transaction ids only grow in a cluster, so every later holder's
+//! token is larger. A standby cannot hand one out, and is refused (69).
+//!
+//! If lockrun's host dies, the server ends the session (and frees the
+//! lock) when its keepalive probes go unanswered: lockrun sets
+//! `tcp_keepalives_idle` = TTL, `tcp_keepalives_interval` = TTL/3,
+//! `tcp_keepalives_count` = 3 and `tcp_user_timeout` = 2 x TTL on its
+//! session, so about 2 x TTL (20 s by default). That is later than
+//! lockrun on the cut-off host stops its command (one TTL without a
+//! confirmed check), so the two holders' commands do not overlap unless
+//! `--kill-grace` is longer than the TTL.
 //!
 //! Reached only through [`crate::cli::LockTarget::Postgres`]: the file path
 //! never runs a line of this module.
