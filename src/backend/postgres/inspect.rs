@@ -12,7 +12,7 @@
 
 use super::PgUrl;
 use super::connect::{self, Target};
-use super::lock::{key_parts, record_in};
+use super::lock::{key_parts, literal, record_in};
 use crate::display;
 use crate::inspect::{Holder, PgLock, Report, State};
 use crate::record::Record;
@@ -117,9 +117,16 @@ pub fn inspect(url: &PgUrl) -> Report {
             );
         }
     };
-    let key: i64 = match client.query_one("SELECT hashtextextended($1, 0)", &[&url.name]) {
-        Ok(row) => row.get(0),
+    let sql = format!("SELECT hashtextextended({}, 0)", literal(&url.name));
+    let key = match client.simple_query(&sql) {
+        Ok(answer) => answer.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i64>().ok()),
+            _ => None,
+        }),
         Err(e) => return unknown(report, connect::explain(&e)),
+    };
+    let Some(key) = key else {
+        return unknown(report, "the server did not compute the lock's key".into());
     };
     let found = match sessions(&mut client, key) {
         Ok(found) => found,

@@ -72,6 +72,12 @@ pub fn comment(record: &[u8]) -> String {
     }
 }
 
+/// `text` as an SQL string literal whatever `standard_conforming_strings`
+/// says: an escape string, its backslashes and quotes escaped.
+pub fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
 /// The record back from a statement's text, if it carries one.
 pub fn record_in(query: &str) -> Option<Record> {
     let rest = query.strip_prefix("/*lockrun ")?;
@@ -109,6 +115,8 @@ pub struct PgBackend {
     label: String,
     key: i64,
     backend_pid: i32,
+    /// The answer of the attempt made while connecting, not yet asked for.
+    first_try: Option<bool>,
     comment: String,
     ttl: Duration,
     kill_grace: Duration,
@@ -138,9 +146,12 @@ fn application_name() -> String {
 
 impl PgBackend {
     fn start(opts: &RunOptions, label: &str) -> Result<PgBackend, Failure> {
+        // Below a second the checks would be a busy loop and keepalives
+        // (whole seconds) could not follow.
+        let ttl = opts.ttl.max(Duration::from_secs(1));
         let mut target = Target::new(&opts.url, &application_name(), &connect::process_env)
             .map_err(|e| unavailable(label, &e))?;
-        target.keepalive(opts.ttl);
+        target.keepalive(ttl);
         if target.password_in_url && opts.verbose {
             eprintln!(
                 "lockrun: warning: the lock URL carries a password, which other users can see in `ps` until lockrun hides it; prefer PGPASSWORD or ~/.pgpass"
@@ -172,18 +183,33 @@ impl PgBackend {
             Vec::new()
         };
         let comment = comment(&record);
-        // The key, and the server-side keepalives in the same round trip
-        // (set_config rather than startup options, which PgBouncer refuses).
-        let settings = server_keepalive(opts.ttl);
-        let mut sql = "SELECT hashtextextended($1, 0), pg_backend_pid()".to_owned();
-        for (name, value) in &settings {
+        // One round trip: the key, our server pid, the server-side
+        // keepalives (set_config rather than startup options, which
+        // PgBouncer refuses) and the first attempt. A simple query (the
+        // name as a literal) rather than a prepared one, which costs three.
+        let mut sql = format!("{comment}SELECT k, pg_backend_pid(), pg_try_advisory_lock(k)");
+        for (name, value) in server_keepalive(ttl) {
             sql.push_str(&format!(", set_config('{name}', '{value}', false)"));
         }
-        let row = client
-            .query_one(&sql, &[&opts.url.name])
+        sql.push_str(&format!(
+            " FROM (SELECT hashtextextended({}, 0) AS k) AS key",
+            literal(&opts.url.name)
+        ));
+        let answer = client
+            .simple_query(&sql)
             .map_err(|e| unavailable(label, &connect::explain(&e)))?;
-        let key: i64 = row.get(0);
-        let backend_pid: i32 = row.get(1);
+        let row = first_value(&answer).unwrap_or_default();
+        let value = |i: usize| row.get(i).cloned().flatten();
+        let (Some(key), Some(backend_pid), Some(got)) = (
+            value(0).and_then(|v| v.parse::<i64>().ok()),
+            value(1).and_then(|v| v.parse::<i32>().ok()),
+            value(2),
+        ) else {
+            return Err(unavailable(
+                label,
+                "the server's answer to the first attempt is malformed",
+            ));
+        };
         let cancel = client.cancel_token();
         Ok(PgBackend {
             target,
@@ -195,8 +221,9 @@ impl PgBackend {
             label: label.to_owned(),
             key,
             backend_pid,
+            first_try: Some(got == "t"),
             comment,
-            ttl: opts.ttl,
+            ttl,
             kill_grace: opts.kill_grace,
             verbose: opts.verbose,
         })
@@ -227,6 +254,9 @@ fn first_value(answer: &[SimpleQueryMessage]) -> Option<Vec<Option<String>>> {
 
 impl Contender for PgBackend {
     fn try_acquire(&mut self) -> Result<bool, Failure> {
+        if let Some(got) = self.first_try.take() {
+            return Ok(got);
+        }
         let sql = format!("{}SELECT pg_try_advisory_lock({})", self.comment, self.key);
         let Some(client) = self.client.as_mut() else {
             return Err(self.failure("the connection is busy"));
@@ -431,6 +461,11 @@ impl Held for PgHeld {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn literals_escape_quotes_and_backslashes() {
+        assert_eq!(literal(r"a'b\c"), r"E'a\'b\\c'");
+    }
 
     #[test]
     fn keys_split_as_pg_locks_shows_them() {

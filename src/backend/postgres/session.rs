@@ -202,9 +202,11 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
     if shared.lock().lost.is_none() {
         let _ = client.simple_query(&format!("SELECT pg_advisory_unlock({key})"));
     }
-    drop(client);
+    // Released: lockrun need not wait for the server to finish closing
+    // the session (milliseconds), nor for a connection that hangs.
     shared.lock().closed = true;
     shared.wake.notify_all();
+    drop(client);
 }
 
 fn count(answer: &[SimpleQueryMessage]) -> Option<i64> {
