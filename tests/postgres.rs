@@ -755,6 +755,26 @@ fn tls_from_require_to_verify_full() {
     let out = lockrun_tls(&url("localhost", "verify-full", &other)).code(69);
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("certificate"), "{stderr}");
+    // sslrootcert=system: the system's CAs (here SSL_CERT_FILE, as
+    // OpenSSL reads it), and verify-full unless said otherwise.
+    let system = format!(
+        "postgres://app@localhost:{}/postgres?sslrootcert=system#tls",
+        pg.port
+    );
+    lockrun()
+        .env("PGPASSWORD", "secret")
+        .env("HOME", home.path())
+        .env("SSL_CERT_FILE", &ca)
+        .args([&system, "true"])
+        .assert()
+        .success();
+    lockrun()
+        .env("PGPASSWORD", "secret")
+        .env("HOME", home.path())
+        .env("SSL_CERT_FILE", &other)
+        .args([&system, "true"])
+        .assert()
+        .code(69);
     // require encrypts without verifying (no root certificate anywhere).
     let plain = format!(
         "postgres://app@127.0.0.1:{}/postgres?sslmode=require#tls",

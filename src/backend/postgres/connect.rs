@@ -167,11 +167,23 @@ impl Target {
             }
         }
 
+        let explicit_root = root_cert.or_else(|| env("PGSSLROOTCERT").map(PathBuf::from));
+        let system = explicit_root.as_deref() == Some(Path::new("system"));
         let ssl = match ssl {
             Some(ssl) => ssl,
-            None => env("PGSSLMODE").map_or(Ok(Ssl::Prefer), |m| Ssl::parse(&m))?,
+            None => match env("PGSSLMODE") {
+                Some(mode) => Ssl::parse(&mode)?,
+                // As libpq 16: the system's CAs mean verify-full.
+                None if system => Ssl::VerifyFull,
+                None => Ssl::Prefer,
+            },
         };
-        let explicit_root = root_cert.or_else(|| env("PGSSLROOTCERT").map(PathBuf::from));
+        if system && ssl != Ssl::VerifyFull {
+            return Err(
+                "sslrootcert=system trusts every public CA, so it needs sslmode=verify-full"
+                    .to_owned(),
+            );
+        }
         let tls = tls_for(ssl, explicit_root)?;
         config.ssl_mode(match ssl {
             Ssl::Disable => SslMode::Disable,
@@ -358,14 +370,24 @@ fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
         };
         let shown = crate::display::escape(&root.to_string_lossy());
         let mut store = RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(&root)
-            .map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
-        for cert in certs {
-            let cert =
-                cert.map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
-            store
-                .add(cert)
-                .map_err(|e| format!("bad root certificate in {shown}: {e}"))?;
+        if root == Path::new("system") {
+            let found = rustls_native_certs::load_native_certs();
+            store.add_parsable_certificates(found.certs);
+            if store.is_empty() {
+                return Err(
+                    "sslrootcert=system: no CA certificates found on this system".to_owned(),
+                );
+            }
+        } else {
+            let certs = CertificateDer::pem_file_iter(&root)
+                .map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
+            for cert in certs {
+                let cert =
+                    cert.map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
+                store
+                    .add(cert)
+                    .map_err(|e| format!("bad root certificate in {shown}: {e}"))?;
+            }
         }
         let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
             Arc::new(store),
@@ -521,5 +543,9 @@ mod tests {
         assert_eq!(target.describe, "me@h:1/d");
         let url = PgUrl::parse("postgres://h/d?sslmode=bogus#n").unwrap();
         assert!(Target::new(&url, "lockrun", &env).is_err());
+        let none = |_: &str| None;
+        let url = PgUrl::parse("postgres://u@h/d?sslrootcert=system&sslmode=require#n").unwrap();
+        let err = Target::new(&url, "lockrun", &none).err().unwrap();
+        assert!(err.contains("verify-full"), "{err}");
     }
 }
