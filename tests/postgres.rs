@@ -985,3 +985,17 @@ fn names_with_quotes_and_backslashes_get_the_documented_key() {
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
 }
+
+#[test]
+fn a_url_that_cannot_work_is_a_usage_error() {
+    let url = "postgres://u@127.0.0.1:1/db?sslmode=sometimes#x";
+    for args in [vec![url, "true"], vec!["check", url], vec!["holder", url]] {
+        let out = lockrun().args(&args).assert().code(64);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(stderr.contains("sslmode 'sometimes'"), "{args:?}: {stderr}");
+    }
+    lockrun()
+        .args(["postgres://u@h/db", "true"])
+        .assert()
+        .code(64);
+}

@@ -14,6 +14,7 @@ use super::PgUrl;
 use super::connect::{self, Target};
 use super::lock::{key_parts, literal, record_in};
 use crate::display;
+use crate::exit_codes::{self, Failure};
 use crate::inspect::{Holder, PgLock, Report, State};
 use crate::record::Record;
 use postgres::{Client, SimpleQueryMessage};
@@ -93,16 +94,24 @@ pub fn sessions(client: &mut Client, key: i64) -> Result<Vec<PgSession>, postgre
         .collect())
 }
 
-pub fn inspect(url: &PgUrl) -> Report {
+/// `Err`: the URL or the environment cannot work (a usage error), before
+/// any server was asked.
+pub fn inspect(url: &PgUrl) -> Result<Report, Failure> {
+    let target = Target::new(url, "lockrun holder", &connect::process_env).map_err(|e| {
+        Failure::new(
+            exit_codes::USAGE,
+            format!("{}: {e}", display::escape(&url.text)),
+        )
+    })?;
+    Ok(look(url, &target))
+}
+
+fn look(url: &PgUrl, target: &Target) -> Report {
     let mut report = Report::free(url.text.clone());
     let unknown = |mut report: Report, why: String| {
         report.state = State::Unknown;
         report.reason = Some(why);
         report
-    };
-    let target = match Target::new(url, "lockrun holder", &connect::process_env) {
-        Ok(target) => target,
-        Err(e) => return unknown(report, e),
     };
     let mut client = match target.connect() {
         Ok(client) => client,

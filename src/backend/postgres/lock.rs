@@ -149,8 +149,9 @@ impl PgBackend {
         // Below a second the checks would be a busy loop and keepalives
         // (whole seconds) could not follow.
         let ttl = opts.ttl.max(Duration::from_secs(1));
+        // What the URL and the environment say cannot work: a usage error.
         let mut target = Target::new(&opts.url, &application_name(), &connect::process_env)
-            .map_err(|e| unavailable(label, &e))?;
+            .map_err(|e| Failure::new(exit_codes::USAGE, format!("{label}: {e}")))?;
         target.keepalive(ttl);
         if target.password_in_url && opts.verbose {
             eprintln!(

@@ -82,7 +82,7 @@ pub fn take_and_run(opts: &RunOptions) -> Result<Ending, Failure> {
 /// `holder`/`check` on a PostgreSQL lock URL.
 pub fn look_up(url: &PgUrl) -> Result<Report, Failure> {
     #[cfg(feature = "postgres")]
-    return Ok(inspect::inspect(url));
+    return inspect::inspect(url);
     #[cfg(not(feature = "postgres"))]
     {
         let _ = url;
