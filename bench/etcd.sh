@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # bench/etcd.sh: acquire + run `true` + release on a loopback etcd, lockrun
-# beside `etcdctl lock NAME true` (and lockrun on a file, for scale); then
-# handoff latency: a holder exits, how long until the queued waiter's
-# command starts.
+# beside `etcdctl lock NAME true` (and lockrun on a file, for scale), over
+# plain HTTP/2 and over TLS; then handoff latency: a holder exits, how long
+# until the queued waiter's command starts.
 #
 #   bench/etcd.sh [--runs N]
 #
 #   LOCKRUN=path    lockrun binary with lock URLs (default: built here with
-#                   `cargo build --release --features etcd` into
+#                   `cargo build-static --features etcd` into
 #                   target/etcd/<host tuple>/release/)
 #   HANDOFFS=N      handoff repetitions per tool (default 25)
 #
 # Starts its own etcd on free loopback ports with a temp data dir, and stops
-# it at the end. Needs bash >= 5, hyperfine, etcd and etcdctl (Debian:
-# apt-get install hyperfine etcd-server etcd-client).
+# it at the end; the TLS certificates are made with openssl. Needs bash >= 5,
+# hyperfine, etcd, etcdctl and openssl (Debian: apt-get install hyperfine
+# etcd-server etcd-client openssl).
 # Exit status: 0 measured; 2 cannot run.
 set -euo pipefail
 
@@ -24,14 +25,14 @@ case "${1:-}" in
   *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
 esac
 die() { echo "etcd.sh: $*" >&2; exit 2; }
-for t in hyperfine etcd etcdctl; do
-  command -v "$t" >/dev/null 2>&1 || die "$t not found (Debian: apt-get install hyperfine etcd-server etcd-client)"
+for t in hyperfine etcd etcdctl openssl; do
+  command -v "$t" >/dev/null 2>&1 || die "$t not found (Debian: apt-get install hyperfine etcd-server etcd-client openssl)"
 done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -z "${LOCKRUN:-}" ]; then
-  # Ask cargo where it put the binary (target/etcd/<host tuple>/release
-  # with .cargo/config.toml).
-  LOCKRUN=$(cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/etcd cargo build --release --locked --quiet --features etcd \
+  # Ask cargo where it put the binary (target/etcd/<host tuple>/release:
+  # the static build, as install.sh builds it).
+  LOCKRUN=$(cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/etcd cargo build-static --quiet --features etcd \
     --bin lockrun --message-format=json-render-diagnostics \
     | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "build failed"
   [ -n "$LOCKRUN" ] || die "cargo build named no lockrun binary"
@@ -47,9 +48,20 @@ free_port() {
   die "no free port"
 }
 dir=$(mktemp -d)
-client=$(free_port) peer=$(free_port)
+client=$(free_port) tls=$(free_port) peer=$(free_port)
+# A CA and a server certificate for 127.0.0.1 (P-256, as production
+# set-ups usually have).
+ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+openssl req -x509 "${ec[@]}" -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 1 -subj /CN=bench-ca 2>/dev/null
+openssl req "${ec[@]}" -keyout "$dir/server.key" -out "$dir/server.csr" -subj /CN=bench 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$dir/ext"
+openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+  -out "$dir/server.pem" -days 1 -extfile "$dir/ext" 2>/dev/null || die "openssl failed"
+# One etcd, two client listeners: plain on $client, TLS on $tls.
 etcd --name bench --data-dir "$dir/data" \
-  --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+  --listen-client-urls "http://127.0.0.1:$client,https://127.0.0.1:$tls" \
+  --advertise-client-urls "http://127.0.0.1:$client" \
+  --cert-file "$dir/server.pem" --key-file "$dir/server.key" \
   --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
   --initial-cluster "bench=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
 etcd_pid=$!
@@ -66,10 +78,16 @@ done
 [ "$ready" = 1 ] || die "etcd did not answer within 10s (log: $dir/etcd.log)"
 
 export ETCDCTL_API=3
+# lockrun and etcdctl read the same variables; only the endpoint differs.
+unset ETCDCTL_ENDPOINTS ETCDCTL_CACERT ETCDCTL_CERT ETCDCTL_KEY ETCDCTL_USER ETCDCTL_PASSWORD
+unset LOCKRUN_ETCD_ENDPOINTS LOCKRUN_ETCD_CACERT LOCKRUN_ETCD_CERT LOCKRUN_ETCD_KEY LOCKRUN_ETCD_USER LOCKRUN_ETCD_PASSWORD
+ca=$dir/ca.pem
 echo "# etcd $(etcd --version | head -1 | awk '{print $3}'), loopback, $RUNS runs each; $(nproc) CPUs"
 hyperfine -N --warmup 10 --runs "$RUNS" --style basic --export-markdown "$dir/table.md" \
   -n "lockrun etcd://.../bench true" "$LOCKRUN etcd://127.0.0.1:$client/bench true" \
   -n "etcdctl lock bench true" "etcdctl --endpoints 127.0.0.1:$client lock bench true" \
+  -n "lockrun --cacert CA etcd://.../bench true (TLS)" "$LOCKRUN --cacert $ca etcd://127.0.0.1:$tls/bench true" \
+  -n "etcdctl --cacert CA lock bench true (TLS)" "etcdctl --cacert $ca --endpoints https://127.0.0.1:$tls lock bench true" \
   -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" >/dev/null
 cat "$dir/table.md"
 
@@ -79,12 +97,16 @@ cat "$dir/table.md"
 # holder is released and the waiter's command stamps the clock.
 HANDOFFS=${HANDOFFS:-25}
 keys_under() { etcdctl --endpoints "127.0.0.1:$client" get --prefix "$1/" --keys-only | grep -c . || true; }
-handoff_once() { # $1 = lockrun|etcdctl, $2 = lock name; prints waiter - holder in µs
+handoff_once() { # $1 = lockrun|etcdctl|lockrun-tls|etcdctl-tls, $2 = lock name; prints waiter - holder in µs
   local tool=$1 name=$2 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
   mkfifo "$fifo"
   local run
-  if [ "$tool" = lockrun ]; then run=("$LOCKRUN" "etcd://127.0.0.1:$client/$name");
-  else run=(etcdctl --endpoints "127.0.0.1:$client" lock "$name" --); fi
+  case $tool in
+    lockrun) run=("$LOCKRUN" "etcd://127.0.0.1:$client/$name") ;;
+    lockrun-tls) run=("$LOCKRUN" --cacert "$ca" "etcd://127.0.0.1:$tls/$name") ;;
+    etcdctl) run=(etcdctl --endpoints "127.0.0.1:$client" lock "$name" --) ;;
+    etcdctl-tls) run=(etcdctl --cacert "$ca" --endpoints "https://127.0.0.1:$tls" lock "$name" --) ;;
+  esac
   "${run[@]}" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
   local holder=$!
   for _ in $(seq 400); do [ "$(keys_under "$name")" -ge 1 ] && break; sleep 0.01; done
@@ -92,6 +114,9 @@ handoff_once() { # $1 = lockrun|etcdctl, $2 = lock name; prints waiter - holder 
   local waiter=$!
   for _ in $(seq 400); do [ "$(keys_under "$name")" -ge 2 ] && break; sleep 0.01; done
   [ "$(keys_under "$name")" -ge 2 ] || die "the $tool waiter never queued"
+  # The waiter has queued; give it a moment to be watching (a lockrun
+  # waiter reads the key ahead and opens its watch after creating its key).
+  sleep 0.05
   echo go >"$fifo"
   timeout 20 tail --pid="$waiter" -f /dev/null || die "the $tool waiter did not finish"
   wait "$holder" "$waiter" || true
@@ -101,10 +126,10 @@ handoff_once() { # $1 = lockrun|etcdctl, $2 = lock name; prints waiter - holder 
 }
 echo
 echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each (ms)"
-printf '%-10s %8s %8s %8s\n' tool p50 p90 max
-for tool in lockrun etcdctl; do
+printf '%-12s %8s %8s %8s\n' tool p50 p90 max
+for tool in lockrun etcdctl lockrun-tls etcdctl-tls; do
   samples=()
   for i in $(seq "$HANDOFFS"); do samples+=("$(handoff_once "$tool" "handoff-$tool-$i")"); done
   printf '%s\n' "${samples[@]}" | sort -n | awk -v t="$tool" '{a[NR]=$1} END {
-    printf "%-10s %8.2f %8.2f %8.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
+    printf "%-12s %8.2f %8.2f %8.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
 done

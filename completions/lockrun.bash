@@ -29,12 +29,28 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-x -s -n -w -E -c -o -F -u -q -v -h -V --exclusive --shared --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --unlock --quiet --verbose --max-time --ttl --kill-grace --help --version holder check"
+            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --quiet --verbose --max-time --kill-grace --help --version holder check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --generate)
+                    COMPREPLY=($(compgen -W "man complete-bash complete-zsh complete-fish complete-elvish complete-powershell" -- "${cur}"))
+                    return 0
+                    ;;
+                --start)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --length)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -68,10 +84,6 @@ _lockrun() {
                     return 0
                     ;;
                 --max-time)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n x/exclusive s/shared n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record u/unlock q/quiet v/verbose max-time= ttl= kill-grace= h/help V/version
+    string join \n generate= x/exclusive s/shared u/unlock fcntl start= length= fd= n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record q/quiet v/verbose max-time= kill-grace= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -24,20 +24,29 @@ function __fish_lockrun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l timeout -l wait -d 'Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l poll -d 'Retry every INTERVAL instead of a blocking kernel wait' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l generate -d 'Print the man page or a shell completion script of this build, then exit' -r -f -a "man\t''
+complete-bash\t''
+complete-zsh\t''
+complete-fish\t''
+complete-elvish\t''
+complete-powershell\t''"
+complete -c lockrun -n "__fish_lockrun_needs_command" -l start -d 'Lock bytes from OFFSET on (implies --fcntl) [default: 0]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l length -d 'Lock N bytes (implies --fcntl); 0 is to the end of the file [default: 0]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l fd -d 'Lock the inherited descriptor FD, then run COMMAND' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l timeout -l wait -d 'Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5; at most 100 years); 0 is -n [default: wait for ever]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l poll -d 'Retry every INTERVAL (at least 1ms) instead of a blocking kernel wait' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired [default: 75; 1 as flock]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s c -l command -d 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l max-time -d 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s x -l exclusive -d 'Exclusive lock (the default)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s x -s e -l exclusive -d 'Exclusive lock (the default)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s s -l shared -d 'Shared lock: many holders at once, no exclusive holder'
-complete -c lockrun -n "__fish_lockrun_needs_command" -s n -l nonblock -d 'Fail at once if the lock is held'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s u -l unlock -d 'Release the lock on FD (with a LOCKFILE and COMMAND, as flock(1): run it holding nothing)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -l fcntl -d 'Take an open-file-description lock (fcntl F_OFD_SETLK) instead of flock(2)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s n -l nonblock -l nb -l nonblocking -d 'Fail at once if the lock is held'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s o -l close -d 'Do not let the command inherit the lock (it lives only as long as lockrun)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s F -l no-fork -d 'Exec the command in place of lockrun; it keeps the lock descriptor'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l no-record -d 'Do not write the holder record into the lock file'
-complete -c lockrun -n "__fish_lockrun_needs_command" -s u -l unlock -d 'FD form only: release the lock on FD'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy or the wait times out'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Say who holds the lock while waiting, and how long acquiring took'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help'

@@ -4,11 +4,13 @@
 use crate::etcd::{self, EtcdUrl};
 use crate::exit_codes::{self, Failure};
 use crate::fd_mode::FdOptions;
-use crate::lock::LockMode;
+use crate::generate;
+use crate::lock::{self, LockKind, LockMode, LockSpec};
+use crate::persona;
 use crate::run::RunOptions;
 use crate::wait::WaitPolicy;
 use clap::error::ErrorKind;
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,22 +19,44 @@ const USAGE: &str = "\
 lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
        lockrun [OPTIONS] LOCKFILE -c SHELL_COMMAND
        lockrun [OPTIONS] FD
+       lockrun [OPTIONS] --fd FD [--] COMMAND [ARG]...
        lockrun holder [--json] LOCKFILE...
        lockrun check [--json] [-q] [--probe] LOCKFILE";
+
+/// Under the name `flock` there are no subcommands: `flock holder x` locks
+/// a file named holder, as flock(1) would.
+const FLOCK_USAGE: &str = "\
+flock [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
+       flock [OPTIONS] LOCKFILE -c SHELL_COMMAND
+       flock [OPTIONS] FD
+       flock [OPTIONS] --fd FD [--] COMMAND [ARG]...";
 
 const EXAMPLES: &str = "\
 Examples:
   lockrun -w 10s /var/lock/backup.lock -- backup.sh --full
   */5 * * * * lockrun -n -q /var/lock/sync.lock sync.sh      (crontab)
-  lockrun holder /var/lock/backup.lock
+  ( lockrun -n 9 || exit 1; critical-section ) 9>/var/lock/x.lock
+  lockrun holder /var/lock/backup.lock";
 
+const LOCK_URLS: &str = "\
 Lock URLs: etcd://HOST:PORT[,HOST:PORT...]/NAME takes the lock in etcd v3
-(endpoints from LOCKRUN_ETCD_ENDPOINTS when the URL names none: etcd:///NAME).
+(endpoints from LOCKRUN_ETCD_ENDPOINTS when the URL names none: etcd:///NAME).";
 
+const EXIT_STATUS: &str = "\
 Exit status: the command's; 75 lock busy or timed out (-E to change);
 64 usage; 66 cannot open/create; 71 OS error; 77 unsafe lock file;
-126/127 command not executable/not found; 128+N signal N while waiting;
+126/127 command not executable/not found; 128+N signal N while waiting";
+
+const EXIT_STATUS_ETCD: &str = ";
 69 etcd unreachable (command not run); 76 etcd lock lost (command stopped).";
+
+/// Durations longer than this (about 100 years) count as this: no wait,
+/// poll or grace period of lockrun's can end later, and none can overflow
+/// the clock it is measured on.
+pub const LONGEST_WAIT: Duration = Duration::from_secs(3_155_760_000);
+
+/// The longest lease etcd grants (its MaxLeaseTTL).
+const LONGEST_TTL: Duration = Duration::from_secs(9_000_000_000);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,8 +64,10 @@ Exit status: the command's; 75 lock busy or timed out (-E to change);
     version,
     about = "Run a command while holding a kernel lock on a file, and tell who holds it",
     override_usage = USAGE,
-    after_help = EXAMPLES,
     args_conflicts_with_subcommands = true,
+    // getopt's rules, as flock(1): an option given again overrides the
+    // earlier one (an alias or wrapper may prepend options).
+    args_override_self = true,
     // flock(1) (getopt_long) accepts unambiguous prefixes: --excl, --time.
     infer_long_args = true,
     disable_help_subcommand = true,
@@ -50,6 +76,25 @@ Exit status: the command's; 75 lock busy or timed out (-E to change);
 pub struct Cli {
     #[command(subcommand)]
     pub inspect: Option<Inspect>,
+    /// Print the man page or a shell completion script of this build, then exit
+    #[arg(long, value_name = "KIND", value_enum)]
+    pub generate: Option<generate::Kind>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// lockrun invoked as `flock`: the run form only.
+#[derive(Debug, Parser)]
+#[command(
+    name = "flock",
+    version,
+    about = "Manage file locks from shell scripts (lockrun, invoked as flock)",
+    override_usage = FLOCK_USAGE,
+    args_override_self = true,
+    infer_long_args = true,
+    max_term_width = 80
+)]
+pub struct FlockCli {
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -57,30 +102,56 @@ pub struct Cli {
 #[derive(Debug, Args, PartialEq)]
 pub struct RunArgs {
     /// Exclusive lock (the default)
-    #[arg(short = 'x', long, short_alias = 'e', help_heading = "Lock")]
+    #[arg(short = 'x', long, visible_short_alias = 'e', overrides_with_all = ["shared", "unlock"],
+          help_heading = "Lock")]
     exclusive: bool,
 
     /// Shared lock: many holders at once, no exclusive holder
-    #[arg(short, long, conflicts_with = "exclusive", help_heading = "Lock")]
+    #[arg(short, long, overrides_with_all = ["exclusive", "unlock"], help_heading = "Lock")]
     shared: bool,
 
+    /// Release the lock on FD (with a LOCKFILE and COMMAND, as flock(1): run it holding nothing)
+    #[arg(short = 'u', long, overrides_with_all = ["exclusive", "shared"], help_heading = "Lock")]
+    unlock: bool,
+
+    /// Take an open-file-description lock (fcntl F_OFD_SETLK) instead of flock(2)
+    #[arg(long, help_heading = "Lock")]
+    fcntl: bool,
+
+    /// Lock bytes from OFFSET on (implies --fcntl) [default: 0]
+    #[arg(long, value_name = "OFFSET", value_parser = parse_size, allow_negative_numbers = true, help_heading = "Lock")]
+    start: Option<u64>,
+
+    /// Lock N bytes (implies --fcntl); 0 is to the end of the file [default: 0]
+    #[arg(long, value_name = "N", value_parser = parse_size, allow_negative_numbers = true, help_heading = "Lock")]
+    length: Option<u64>,
+
+    /// Lock the inherited descriptor FD, then run COMMAND
+    #[arg(long, value_name = "FD", value_parser = clap::value_parser!(i32).range(0..), allow_negative_numbers = true,
+          help_heading = "Lock")]
+    fd: Option<i32>,
+
     /// Fail at once if the lock is held
-    #[arg(short = 'n', long = "nonblock", aliases = ["nb", "nonblocking"], help_heading = "Waiting")]
+    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"], help_heading = "Waiting")]
     nonblock: bool,
 
-    /// Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5); 0 is -n [default: wait for ever]
+    /// Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5; at most 100 years); 0 is -n [default: wait for ever]
     #[arg(short = 'w', long = "timeout", visible_alias = "wait", value_name = "DURATION", allow_negative_numbers = true,
           value_parser = parse_duration, help_heading = "Waiting")]
     timeout: Option<Duration>,
 
-    /// Retry every INTERVAL instead of a blocking kernel wait
-    #[arg(long, value_name = "INTERVAL", value_parser = parse_duration, allow_negative_numbers = true, help_heading = "Waiting")]
+    /// Retry every INTERVAL (at least 1ms) instead of a blocking kernel wait
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_poll, allow_negative_numbers = true, help_heading = "Waiting")]
     poll: Option<Duration>,
 
-    /// Exit status when the lock is not acquired
-    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit_codes::CONFLICT,
-          help_heading = "Waiting")]
-    conflict_exit_code: u8,
+    /// Exit status when the lock is not acquired [default: 75; 1 as flock]
+    #[arg(
+        short = 'E',
+        long = "conflict-exit-code",
+        value_name = "N",
+        help_heading = "Waiting"
+    )]
+    conflict_exit_code: Option<u8>,
 
     /// Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)
     #[arg(
@@ -108,16 +179,12 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Command")]
     no_record: bool,
 
-    /// FD form only: release the lock on FD
-    #[arg(short = 'u', long, help_heading = "Lock")]
-    unlock: bool,
-
     /// Print nothing when the lock is busy or the wait times out
-    #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
+    #[arg(short, long, overrides_with = "verbose", help_heading = "Output")]
     quiet: bool,
 
     /// Say who holds the lock while waiting, and how long acquiring took
-    #[arg(short, long, help_heading = "Output")]
+    #[arg(short, long, overrides_with = "quiet", help_heading = "Output")]
     verbose: bool,
 
     /// Stop the command, and every process holding the lock through it, after DURATION (SIGTERM,
@@ -125,22 +192,46 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
     max_time: Option<Duration>,
 
-    /// etcd lock URL only: lease TTL; the lock is lost if etcd cannot be reached this long [default: 10s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "etcd")]
-    ttl: Option<Duration>,
-
-    /// After --max-time (or a lost etcd lock), SIGKILL this long after SIGTERM [default: 5s]
+    /// After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
     kill_grace: Option<Duration>,
 
-    /// Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME
-    #[arg(value_name = "LOCKFILE", value_parser = clap::value_parser!(OsString))]
+    /// Lock file (created if missing, never deleted), a directory, or an open FD number
+    #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
 
     /// The command and its arguments; everything from here on is the command's
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = true,
+    #[arg(value_name = "COMMAND", index = 2, trailing_var_arg = true, allow_hyphen_values = true,
           value_parser = clap::value_parser!(OsString))]
     command: Vec<OsString>,
+}
+
+/// The options of lock URLs, only in a build that has them.
+#[derive(Debug, Args, PartialEq, Default)]
+pub struct EtcdArgs {
+    /// etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "etcd")]
+    ttl: Option<Duration>,
+
+    /// etcd lock URL only: verify the server's certificate with this CA (TLS; default: the system's roots)
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    cacert: Option<PathBuf>,
+
+    /// etcd lock URL only: client certificate (TLS), with --key
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    cert: Option<PathBuf>,
+
+    /// etcd lock URL only: the client certificate's private key
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    key: Option<PathBuf>,
+
+    /// etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)
+    #[arg(long, value_name = "NAME", help_heading = "etcd")]
+    user: Option<String>,
+
+    /// etcd lock URL only: read the --user password from FILE (first line)
+    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    password_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -150,13 +241,13 @@ pub enum Inspect {
         override_usage = "lockrun holder [--json] LOCKFILE...",
         after_help = "Held or free comes from the kernel's lock table; the holder record adds who \
                       and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
-                      cannot be read; 69 etcd cannot be reached; 64 usage error.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
+                      cannot be read; 64 usage error.\n\nExample:\n  lockrun holder /var/lock/backup.lock"
     )]
     Holder {
         /// One JSON object per path, one per line
         #[arg(long)]
         json: bool,
-        /// Lock files or etcd:// URLs to report on (a missing file is reported as free)
+        /// Lock files to report on (a missing file is reported as free)
         #[arg(value_name = "LOCKFILE", required = true)]
         paths: Vec<PathBuf>,
     },
@@ -178,7 +269,7 @@ pub enum Inspect {
         /// touches the lock: a concurrent `lockrun -n` may fail while it is held)
         #[arg(long)]
         probe: bool,
-        /// The lock file or etcd:// URL to look at
+        /// The lock file to look at
         #[arg(value_name = "LOCKFILE")]
         path: PathBuf,
     },
@@ -201,6 +292,8 @@ pub enum Invocation {
         probe: bool,
         target: LockTarget,
     },
+    /// `--generate KIND`: print a man page or completion script.
+    Generate(generate::Kind),
     /// --help or --version: already printed.
     Done,
 }
@@ -232,8 +325,7 @@ impl LockTarget {
                 format!("the lock URL {} is not valid UTF-8", arg.to_string_lossy()),
             )
         })?;
-        let env = std::env::var(etcd::ENDPOINTS_ENV).ok();
-        EtcdUrl::parse(text, env.as_deref())
+        EtcdUrl::from_arg(text)
             .map(LockTarget::Etcd)
             .map_err(|e| Failure::new(exit_codes::USAGE, e))
     }
@@ -256,22 +348,126 @@ fn parse_postgres(arg: &std::ffi::OsStr) -> Result<LockTarget, Failure> {
         .map_err(|e| Failure::new(exit_codes::USAGE, e))
 }
 
+/// The command line of this build, for help, man pages and completions.
 pub fn command() -> clap::Command {
-    Cli::command()
+    command_for(HAS_LOCK_URLS)
+}
+
+/// Whether this build has lock URLs, and with them --ttl and the other
+/// lock-URL options (etcd's, PostgreSQL's).
+const HAS_LOCK_URLS: bool = etcd::ENABLED || crate::postgres::ENABLED;
+
+/// The command line of a build with or without lock URLs: a build that
+/// cannot take an etcd lock does not advertise one (its help, man page and
+/// completions). The repository's man/ and completions/ describe the
+/// default build, `command_for(false)`.
+pub fn command_for(with_etcd: bool) -> clap::Command {
+    let mut after = format!("{EXAMPLES}\n\n");
+    if with_etcd {
+        after.push_str(LOCK_URLS);
+        after.push_str("\n\n");
+    }
+    after.push_str(EXIT_STATUS);
+    after.push_str(if with_etcd { EXIT_STATUS_ETCD } else { "." });
+    let cmd = Cli::command().after_help(after);
+    if !with_etcd {
+        return cmd;
+    }
+    EtcdArgs::augment_args(cmd).mut_arg("target", |a| {
+        a.help("Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME")
+    })
+    .mut_subcommand("holder", |c| {
+        c.after_help(
+            "Held or free comes from the kernel's lock table; the holder record adds who \
+             and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
+             cannot be read; 69 etcd cannot be reached; 64 usage error.\n\nExample:\n  \
+             lockrun holder /var/lock/backup.lock",
+        )
+        .mut_arg("paths", |a| {
+            a.help("Lock files or etcd:// URLs to report on (a missing file is reported as free)")
+        })
+    })
+    .mut_subcommand("check", |c| {
+        c.mut_arg("path", |a| a.help("The lock file or etcd:// URL to look at"))
+    })
 }
 
 /// Durations as humantime writes them (`1m30s`, `250ms`), or bare seconds
-/// with an optional fraction as flock(1) takes them (`10`, `0.5`).
+/// with an optional fraction as flock(1) takes them (`10`, `0.5`). Longer
+/// than `LONGEST_WAIT` counts as `LONGEST_WAIT`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    parse_exact_duration(text).map(|d| d.min(LONGEST_WAIT))
+}
+
+fn parse_exact_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     // A plain number is seconds, as flock(1) reads it with strtod: `10`,
     // `0.5`, `.007`, `1e-3`.
     if let Ok(secs) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).map_err(|_| {
-            format!("'{text}' is not a number of seconds lockrun can wait (it must be finite and not negative)")
-        });
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX));
+        }
+        return Err(format!(
+            "'{text}' is not a number of seconds lockrun can wait (it must be finite and not negative)"
+        ));
     }
     humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 10, 0.5, 250ms, 1m30s)"))
+}
+
+/// `--poll`: a zero interval would retry without pause, burning a CPU.
+fn parse_poll(text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text)?;
+    if interval < Duration::from_millis(1) {
+        return Err(format!(
+            "'{text}' would retry without pause; give an interval of at least 1ms (e.g. 100ms)"
+        ));
+    }
+    Ok(interval)
+}
+
+/// `--ttl`: what etcd grants, or a usage error now rather than an
+/// "unreachable" later.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_exact_duration(text)?;
+    if ttl < Duration::from_secs(1) || ttl > LONGEST_TTL {
+        return Err(format!(
+            "'{text}' is not a lease etcd grants: give 1s to {}s",
+            LONGEST_TTL.as_secs()
+        ));
+    }
+    Ok(ttl)
+}
+
+/// Byte offsets and lengths as flock(1) reads them: a number, optionally
+/// with a binary suffix (K, M, G, T, P, E, or KiB, MiB...) or a decimal
+/// one (KB, MB...). Kept within off_t.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, suffix) = text.split_at(digits);
+    let bad = || format!("'{text}' is not a size (write e.g. 0, 4096, 4K, 1MiB)");
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let suffix = suffix.to_ascii_uppercase();
+    let (letter, rest) = suffix.split_at(suffix.len().min(1));
+    let power = match letter {
+        "" => 0,
+        "K" => 1,
+        "M" => 2,
+        "G" => 3,
+        "T" => 4,
+        "P" => 5,
+        "E" => 6,
+        _ => return Err(bad()),
+    };
+    let base: u64 = match rest {
+        "" | "IB" => 1024,
+        "B" => 1000,
+        _ => return Err(bad()),
+    };
+    base.checked_pow(power)
+        .and_then(|unit| number.checked_mul(unit))
+        .filter(|&n| n <= i64::MAX as u64)
+        .ok_or_else(|| format!("'{text}' is too large for a file offset"))
 }
 
 pub fn parse<I, T>(args: I) -> Result<Invocation, Failure>
@@ -279,18 +475,34 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    if let Some(plain) = parse_plain_run(&args) {
-        return run_invocation(plain);
+    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let as_flock = persona::is_flock_name(args.first().map(OsString::as_os_str));
+    if let Some(plain) = parse_plain_run(&args, !as_flock) {
+        return run_invocation(plain, EtcdArgs::default(), as_flock);
     }
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            let _ = e.print();
-            return Ok(Invocation::Done);
-        }
-        Err(e) => return Err(usage_failure(e)),
+    end_options_at_the_fd_command(&mut args);
+    if as_flock {
+        let matches = FlockCli::command().try_get_matches_from(args);
+        return match matches.and_then(|m| FlockCli::from_arg_matches(&m)) {
+            Ok(cli) => run_invocation(cli.run, EtcdArgs::default(), true),
+            Err(e) => clap_failure(e),
+        };
+    }
+    let parsed = command().try_get_matches_from(args).and_then(|m| {
+        let etcd = if HAS_LOCK_URLS {
+            EtcdArgs::from_arg_matches(&m)?
+        } else {
+            EtcdArgs::default()
+        };
+        Ok((Cli::from_arg_matches(&m)?, etcd))
+    });
+    let (cli, etcd_args) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return clap_failure(e),
     };
+    if let Some(kind) = cli.generate {
+        return Ok(Invocation::Generate(kind));
+    }
     match cli.inspect {
         Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder {
             json,
@@ -310,42 +522,102 @@ where
             probe,
             target: LockTarget::parse(path.into_os_string())?,
         }),
-        None => run_invocation(cli.run),
+        None => run_invocation(cli.run, etcd_args, false),
     }
+}
+
+/// With `--fd N`, the first non-option is the command, and everything
+/// from it on is the command's (`--fd 9 grep -n x`), as flock(1) reads it.
+/// clap would read options up to the second positional, so a `--` goes in
+/// before the command.
+fn end_options_at_the_fd_command(args: &mut Vec<OsString>) {
+    const TAKES_VALUE: [&str; 11] = [
+        "--timeout",
+        "--wait",
+        "--poll",
+        "--conflict-exit-code",
+        "--command",
+        "--start",
+        "--length",
+        "--fd",
+        "--ttl",
+        "--kill-grace",
+        "--generate",
+    ];
+    let mut has_fd = false;
+    let mut i = 1;
+    while let Some(arg) = args.get(i) {
+        let Some(text) = arg.to_str() else { return };
+        if text == "--" || !text.starts_with('-') || text == "-" {
+            if has_fd && text != "--" {
+                args.insert(i, OsString::from("--"));
+            }
+            return;
+        }
+        if let Some(long) = text.strip_prefix("--") {
+            let name = long.split('=').next().unwrap_or(long);
+            has_fd |= name == "fd";
+            if !long.contains('=') && TAKES_VALUE.contains(&text) {
+                i += 1;
+            }
+        } else {
+            // A cluster: a value-taking letter takes the rest, or the next
+            // argument when it is last.
+            let letters = &text[1..];
+            if let Some(at) = letters.find(['w', 'E', 'c'])
+                && at + 1 == letters.len()
+            {
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+}
+
+fn clap_failure(e: clap::Error) -> Result<Invocation, Failure> {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return Ok(Invocation::Done);
+    }
+    Err(usage_failure(e))
 }
 
 /// The run form as cron entries and scripts write it, read without clap:
 /// `lockrun [FLAGS] LOCKFILE [--] COMMAND...`, every option spelled out in
-/// full and given once. Building clap's parser costs about 75 us of a
-/// 1.1 ms `lockrun -F L true` (hyperfine, interleaved rounds), more than
-/// anything else lockrun does of its own. Anything else (help, inspection,
-/// `-c`, fd mode, clustered or abbreviated flags, `--opt=value`, an option
-/// after LOCKFILE, a bad value, a conflict) returns `None` and goes to clap,
-/// which also writes every error message. This never decides differently
-/// from clap: the property test below checks that whenever it answers, clap
-/// parses the same arguments to the same `RunArgs`.
-fn parse_plain_run(args: &[OsString]) -> Option<RunArgs> {
+/// full. Building clap's parser costs about 75 us of a 1.1 ms
+/// `lockrun -F L true` (hyperfine, interleaved rounds), more than anything
+/// else lockrun does of its own. Anything else (help, inspection, `-c`, fd
+/// mode, `-u`, `--fcntl` and its range, `--fd`, clustered or abbreviated
+/// flags, `--opt=value`, an option after LOCKFILE, a bad value, a conflict)
+/// returns `None` and goes to clap, which also writes every error message.
+/// Repeated options follow getopt, as clap is told to: the last one wins.
+/// This never decides differently from clap: the property test below
+/// checks that whenever it answers, clap parses the same arguments to the
+/// same `RunArgs` (`subcommands` false: as `flock`, which has none).
+fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
     let mut run = RunArgs {
         exclusive: false,
         shared: false,
+        unlock: false,
+        fcntl: false,
+        start: None,
+        length: None,
+        fd: None,
         nonblock: false,
         timeout: None,
         poll: None,
-        conflict_exit_code: exit_codes::CONFLICT,
+        conflict_exit_code: None,
         shell_command: None,
         close: false,
         no_fork: false,
         no_record: false,
-        unlock: false,
         quiet: false,
         verbose: false,
         max_time: None,
-        ttl: None,
         kill_grace: None,
         target: None,
         command: Vec::new(),
     };
-    let mut conflict_exit_code = None;
     let mut rest = args.get(1..)?.iter();
     let target = loop {
         let arg = rest.next()?;
@@ -353,45 +625,30 @@ fn parse_plain_run(args: &[OsString]) -> Option<RunArgs> {
             break arg;
         }
         let text = arg.to_str()?;
-        let flag = match text {
-            "-x" | "-e" | "--exclusive" => &mut run.exclusive,
-            "-s" | "--shared" => &mut run.shared,
-            "-n" | "--nb" | "--nonblock" | "--nonblocking" => &mut run.nonblock,
-            "-o" | "--close" => &mut run.close,
-            "-F" | "--no-fork" => &mut run.no_fork,
-            "--no-record" => &mut run.no_record,
-            "-q" | "--quiet" => &mut run.quiet,
-            "-v" | "--verbose" => &mut run.verbose,
-            "-w" | "--timeout" | "--wait" | "--poll" => {
-                let value = plain_value(rest.next()?)?;
-                let slot = if text == "--poll" {
-                    &mut run.poll
-                } else {
-                    &mut run.timeout
-                };
-                if slot.replace(parse_duration(value).ok()?).is_some() {
-                    return None;
-                }
-                continue;
+        match text {
+            "-x" | "-e" | "--exclusive" => (run.exclusive, run.shared) = (true, false),
+            "-s" | "--shared" => (run.shared, run.exclusive) = (true, false),
+            "-n" | "--nb" | "--nonblock" | "--nonblocking" => run.nonblock = true,
+            "-o" | "--close" => run.close = true,
+            "-F" | "--no-fork" => run.no_fork = true,
+            "--no-record" => run.no_record = true,
+            "-q" | "--quiet" => (run.quiet, run.verbose) = (true, false),
+            "-v" | "--verbose" => (run.verbose, run.quiet) = (true, false),
+            "-w" | "--timeout" | "--wait" => {
+                run.timeout = Some(parse_duration(plain_value(rest.next()?)?).ok()?);
             }
+            "--poll" => run.poll = Some(parse_poll(plain_value(rest.next()?)?).ok()?),
             "-E" | "--conflict-exit-code" => {
                 let value = plain_value(rest.next()?)?;
-                if !value.bytes().all(|b| b.is_ascii_digit())
-                    || conflict_exit_code
-                        .replace(value.parse::<u8>().ok()?)
-                        .is_some()
-                {
+                if !value.bytes().all(|b| b.is_ascii_digit()) {
                     return None;
                 }
-                continue;
+                run.conflict_exit_code = Some(value.parse::<u8>().ok()?);
             }
             _ => return None,
-        };
-        if std::mem::replace(flag, true) {
-            return None;
         }
     };
-    if target == "holder" || target == "check" {
+    if subcommands && (target == "holder" || target == "check") {
         return None;
     }
     let mut command = rest.as_slice();
@@ -400,14 +657,9 @@ fn parse_plain_run(args: &[OsString]) -> Option<RunArgs> {
     } else if is_dashed(&command[0]) {
         return None;
     }
-    if command.is_empty()
-        || (run.exclusive && run.shared)
-        || (run.quiet && run.verbose)
-        || (run.close && run.no_fork)
-    {
+    if command.is_empty() || (run.close && run.no_fork) {
         return None;
     }
-    run.conflict_exit_code = conflict_exit_code.unwrap_or(exit_codes::CONFLICT);
     run.target = Some(target.clone());
     run.command = command.to_vec();
     Some(run)
@@ -424,14 +676,13 @@ fn is_dashed(arg: &OsString) -> bool {
     arg.as_bytes().starts_with(b"-")
 }
 
-fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
+fn run_invocation(
+    mut args: RunArgs,
+    etcd_args: EtcdArgs,
+    as_flock: bool,
+) -> Result<Invocation, Failure> {
     let usage = |message: &str| {
         usage_failure(Cli::command().error(ErrorKind::MissingRequiredArgument, message))
-    };
-    let Some(target) = args.target.take() else {
-        return Err(usage(
-            "a lock file is required: lockrun LOCKFILE COMMAND...",
-        ));
     };
     let mode = if args.shared {
         LockMode::Shared
@@ -443,12 +694,42 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
         timeout: args.timeout,
         poll: args.poll,
     };
+    let kind = match (args.fcntl, args.start, args.length) {
+        (false, None, None) => LockKind::Flock,
+        (_, start, len) => {
+            let (start, len) = (start.unwrap_or(0), len.unwrap_or(0));
+            // Both are within off_t; so must the last byte be.
+            if start + len > i64::MAX as u64 {
+                return Err(usage(&format!(
+                    "--start {start} --length {len} ends beyond the largest file offset"
+                )));
+            }
+            LockKind::Ofd { start, len }
+        }
+    };
+    // flock(1)'s status for a lock not acquired, and its silence then.
+    let conflict_status = args.conflict_exit_code.unwrap_or(if as_flock {
+        persona::FLOCK_CONFLICT
+    } else {
+        exit_codes::CONFLICT
+    });
+    let quiet = args.quiet || as_flock;
 
     // A lone number is a descriptor, as in flock(1); a number followed by a
     // command is a file name.
-    let fd = target.to_str().and_then(|t| t.parse::<i32>().ok());
-    if let (Some(fd), true, None) = (fd, args.command.is_empty(), &args.shell_command) {
-        if args.no_fork || args.close || args.no_record {
+    let lone_fd = args
+        .target
+        .as_ref()
+        .and_then(|t| t.to_str())
+        .and_then(|t| t.parse::<i32>().ok());
+    if let (Some(fd), true, None, None) = (
+        lone_fd,
+        args.command.is_empty(),
+        &args.shell_command,
+        args.fd,
+    ) {
+        // flock(1) ignores them there; lockrun says they do nothing.
+        if (args.no_fork || args.close || args.no_record) && !as_flock {
             return Err(usage(
                 "-F, -o and --no-record need a LOCKFILE and a COMMAND",
             ));
@@ -456,18 +737,29 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
         return Ok(Invocation::Fd(FdOptions {
             fd,
             mode,
+            kind,
             wait,
             unlock: args.unlock,
-            conflict_status: args.conflict_exit_code,
-            quiet: args.quiet,
+            conflict_status,
+            quiet,
             verbose: args.verbose,
         }));
     }
-    if args.unlock {
-        return Err(usage(
-            "-u/--unlock works only on a descriptor: lockrun -u FD",
-        ));
+    // `--fd N COMMAND...`: every argument is the command's.
+    if args.fd.is_some()
+        && let Some(first) = args.target.take()
+    {
+        args.command.insert(0, first);
     }
+    let target = match (args.fd, args.target.take()) {
+        (Some(fd), _) => lock::describe_fd(fd).into_os_string(),
+        (None, Some(target)) => target,
+        (None, None) => {
+            return Err(usage(
+                "a lock file is required: lockrun LOCKFILE COMMAND...",
+            ));
+        }
+    };
     let command = match (args.shell_command.take(), args.command.is_empty()) {
         (Some(script), true) => {
             let shell = std::env::var_os("SHELL")
@@ -487,17 +779,55 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
             ));
         }
     };
-    let path = match LockTarget::parse(target)? {
-        LockTarget::File(path) => path,
-        LockTarget::Etcd(url) => return etcd_run(url, args, mode, wait, command),
-        LockTarget::Postgres(url) => return postgres_run(url, args, mode, wait, command),
+    // `-u FILE COMMAND`: flock(1) opens the file, "unlocks" its new
+    // descriptor, which holds nothing, and runs the command. So does lockrun;
+    // with `--fd N` that would leave N's lock alone, which is not what -u
+    // asks for.
+    let kind = match (args.unlock, args.fd) {
+        (false, _) => kind,
+        (true, None) => LockKind::Nothing,
+        (true, Some(_)) => {
+            return Err(usage(
+                "-u with --fd and a command: unlock the descriptor first (lockrun -u FD)",
+            ));
+        }
     };
-    if args.ttl.is_some() {
-        return Err(usage("--ttl applies only to etcd:// lock URLs"));
+    let path = match args.fd {
+        Some(_) => PathBuf::from(target),
+        None => match LockTarget::parse(target)? {
+            LockTarget::File(path) => path,
+            LockTarget::Etcd(url) => {
+                return etcd_run(
+                    url,
+                    args,
+                    etcd_args,
+                    mode,
+                    wait,
+                    command,
+                    (quiet, conflict_status),
+                );
+            }
+            LockTarget::Postgres(url) => {
+                return postgres_run(
+                    url,
+                    args,
+                    etcd_args,
+                    mode,
+                    wait,
+                    command,
+                    (quiet, conflict_status),
+                );
+            }
+        },
+    };
+    if etcd_args != EtcdArgs::default() {
+        return Err(usage(
+            "--ttl, --cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
+        ));
     }
     if args.kill_grace.is_some() && args.max_time.is_none() {
         return Err(usage(
-            "--kill-grace applies to --max-time (and to etcd:// lock URLs); nothing is stopped without it",
+            "--kill-grace applies to --max-time (and to lock URLs); nothing is stopped without it",
         ));
     }
     if args.max_time.is_some() && args.no_fork {
@@ -508,14 +838,17 @@ fn run_invocation(mut args: RunArgs) -> Result<Invocation, Failure> {
     Ok(Invocation::Run(RunOptions {
         path,
         mode,
+        lock: LockSpec { kind, fd: args.fd },
         wait,
-        conflict_status: args.conflict_exit_code,
+        conflict_status,
         close_before_exec: args.close,
         exec_in_place: args.no_fork,
         command,
-        quiet: args.quiet,
+        quiet,
         verbose: args.verbose,
-        write_record: !args.no_record,
+        // No record where there is no lock, nor in a lent descriptor's
+        // file (fd mode's rule).
+        write_record: !args.no_record && kind != LockKind::Nothing && args.fd.is_none(),
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
     }))
@@ -529,14 +862,21 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 fn etcd_run(
     url: EtcdUrl,
     args: RunArgs,
+    etcd_args: EtcdArgs,
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
+    (quiet, conflict_status): (bool, u8),
 ) -> Result<Invocation, Failure> {
     let usage =
         |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
     if mode == LockMode::Shared {
         return Err(usage("etcd:// locks are exclusive only; -s cannot be used"));
+    }
+    if args.unlock || args.fcntl || args.start.is_some() || args.length.is_some() {
+        return Err(usage(
+            "-u, --fcntl, --start and --length apply to lock files, not etcd:// locks",
+        ));
     }
     if args.no_fork {
         return Err(usage(
@@ -548,16 +888,25 @@ fn etcd_run(
             "--poll does not apply to etcd:// locks: etcd itself wakes the waiter",
         ));
     }
+    let url = url
+        .with_flags(&etcd::AccessFlags {
+            cacert: etcd_args.cacert,
+            cert: etcd_args.cert,
+            key: etcd_args.key,
+            user: etcd_args.user,
+            password_file: etcd_args.password_file,
+        })
+        .map_err(|e| Failure::new(exit_codes::USAGE, e))?;
     Ok(Invocation::EtcdRun(etcd::RunOptions {
         url,
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
-        conflict_status: args.conflict_exit_code,
+        conflict_status,
         command,
-        quiet: args.quiet,
+        quiet,
         verbose: args.verbose,
         write_record: !args.no_record,
-        ttl: args.ttl.unwrap_or(etcd::DEFAULT_TTL),
+        ttl: etcd_args.ttl.unwrap_or(etcd::DEFAULT_TTL),
         kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
         max_time: args.max_time,
     }))
@@ -568,9 +917,11 @@ fn etcd_run(
 fn postgres_run(
     url: crate::postgres::PgUrl,
     args: RunArgs,
+    url_args: EtcdArgs,
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
+    (quiet, conflict_status): (bool, u8),
 ) -> Result<Invocation, Failure> {
     use crate::postgres;
     let usage =
@@ -580,9 +931,24 @@ fn postgres_run(
             "postgres:// locks are exclusive only; -s cannot be used",
         ));
     }
+    if args.unlock || args.fcntl || args.start.is_some() || args.length.is_some() {
+        return Err(usage(
+            "-u, --fcntl, --start and --length apply to lock files, not postgres:// locks",
+        ));
+    }
     if args.no_fork {
         return Err(usage(
             "-F cannot be used with a postgres:// lock: lockrun must stay to keep the connection",
+        ));
+    }
+    if url_args.cacert.is_some()
+        || url_args.cert.is_some()
+        || url_args.key.is_some()
+        || url_args.user.is_some()
+        || url_args.password_file.is_some()
+    {
+        return Err(usage(
+            "--cacert, --cert, --key, --user and --password-file are etcd's; a postgres:// URL takes libpq's (sslrootcert=, user@, PGPASSWORD or ~/.pgpass)",
         ));
     }
     if wait.poll.is_some() {
@@ -594,12 +960,12 @@ fn postgres_run(
         url,
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
-        conflict_status: args.conflict_exit_code,
+        conflict_status,
         command,
-        quiet: args.quiet,
+        quiet,
         verbose: args.verbose,
         write_record: !args.no_record,
-        ttl: args.ttl.unwrap_or(postgres::DEFAULT_TTL),
+        ttl: url_args.ttl.unwrap_or(postgres::DEFAULT_TTL),
         kill_grace: args.kill_grace.unwrap_or(postgres::DEFAULT_KILL_GRACE),
         max_time: args.max_time,
     }))
@@ -637,8 +1003,10 @@ mod tests {
             &["--timeout", "10m", "L", "--", "backup.sh", "-w", "--", "x"],
             &["-w", "0.5", "-E", "0", "--no-record", "-s", "L", "cmd"],
             &["3", "cmd"],
+            &["-s", "-x", "L", "cmd"],
+            &["-n", "-n", "-E", "1", "-E", "123", "L", "cmd"],
         ] {
-            let plain = parse_plain_run(&argv(args));
+            let plain = parse_plain_run(&argv(args), true);
             assert!(plain.is_some(), "{args:?} went to clap");
         }
         for args in [
@@ -651,12 +1019,140 @@ mod tests {
             &["L", "-c", "echo hi"],
             &["L", "-n", "cmd"],
             &["-w", "-1", "L", "cmd"],
-            &["-s", "-x", "L", "cmd"],
-            &["-n", "-n", "L", "cmd"],
+            &["--fcntl", "L", "cmd"],
+            &["--fd", "3", "cmd"],
+            &["-u", "L", "cmd"],
             &["--help"],
         ] {
-            assert_eq!(parse_plain_run(&argv(args)), None, "{args:?}");
+            assert_eq!(parse_plain_run(&argv(args), true), None, "{args:?}");
         }
+        assert!(parse_plain_run(&argv(&["holder", "L"]), false).is_some());
+    }
+
+    /// getopt: the last of repeated or opposite options wins.
+    #[test]
+    fn the_last_of_repeated_options_wins() {
+        let run = |args: &[&str]| match parse(argv(args)) {
+            Ok(Invocation::Run(opts)) => opts,
+            Ok(_) => panic!("{args:?}: not the run form"),
+            Err(e) => panic!("{args:?}: {e}"),
+        };
+        let opts = run(&["-E", "1", "--conflict-exit-code", "123", "-c", "true", "L"]);
+        assert_eq!(opts.conflict_status, 123);
+        assert_eq!(run(&["-s", "-x", "L", "true"]).mode, LockMode::Exclusive);
+        assert_eq!(run(&["-x", "-s", "L", "true"]).mode, LockMode::Shared);
+        assert_eq!(run(&["-x", "--sh", "L", "true"]).mode, LockMode::Shared);
+        let opts = run(&[
+            "-w", "1", "-w", "2", "--poll", "1", "--poll", "3", "L", "true",
+        ]);
+        assert_eq!(opts.wait.timeout, Some(Duration::from_secs(2)));
+        assert_eq!(opts.wait.poll, Some(Duration::from_secs(3)));
+        let opts = run(&["-q", "-v", "-n", "-n", "-o", "-o", "L", "true"]);
+        assert!(opts.verbose && !opts.quiet && opts.wait.nonblocking && opts.close_before_exec);
+        assert!(run(&["-v", "-q", "L", "true"]).quiet);
+        // -u then -x: the lock is taken after all.
+        assert_eq!(run(&["-u", "-x", "L", "true"]).lock.kind, LockKind::Flock);
+        let opts = run(&["-x", "-u", "L", "true"]);
+        assert_eq!(opts.lock.kind, LockKind::Nothing);
+        assert!(!opts.write_record);
+    }
+
+    #[test]
+    fn fcntl_ranges_and_fd() {
+        let run = |args: &[&str]| match parse(argv(args)) {
+            Ok(Invocation::Run(opts)) => opts,
+            Ok(_) => panic!("{args:?}: not the run form"),
+            Err(e) => panic!("{args:?}: {e}"),
+        };
+        assert_eq!(
+            run(&["--fcntl", "L", "true"]).lock.kind,
+            LockKind::Ofd { start: 0, len: 0 }
+        );
+        assert_eq!(
+            run(&["--start", "1", "--length", "4K", "L", "true"])
+                .lock
+                .kind,
+            LockKind::Ofd {
+                start: 1,
+                len: 4096
+            }
+        );
+        let opts = run(&["--fd", "0", "true", "x"]);
+        assert_eq!(opts.lock.fd, Some(0));
+        assert_eq!(opts.command, ["true", "x"]);
+        assert!(!opts.write_record);
+        let opts = run(&["--fd", "0", "grep", "-n", "-c", "x", "--", "y"]);
+        assert_eq!(opts.command, ["grep", "-n", "-c", "x", "--", "y"]);
+        assert!(!opts.wait.nonblocking);
+        let opts = run(&["-w1", "--fd=0", "-nE", "3", "sh", "-c", "x"]);
+        assert_eq!(opts.command, ["sh", "-c", "x"]);
+        assert_eq!(opts.conflict_status, 3);
+        let opts = run(&["--fd", "0", "-c", "echo hi"]);
+        assert_eq!(
+            opts.command.last().map(|c| c.as_os_str()),
+            Some("echo hi".as_ref())
+        );
+        for bad in [
+            &["--start", "-1", "L", "true"][..],
+            &[
+                "--start",
+                "9223372036854775807",
+                "--length",
+                "2",
+                "L",
+                "true",
+            ],
+            &["--length", "1Q", "L", "true"],
+            &["--length", "16E", "L", "true"],
+            &["--fd", "-1", "true"],
+            &["--fd", "3"],
+            &["--poll", "0", "L", "true"],
+        ] {
+            match parse(argv(bad)) {
+                Err(e) => assert_eq!(e.status, exit_codes::USAGE, "{bad:?}: {e}"),
+                Ok(_) => panic!("{bad:?} was accepted"),
+            }
+        }
+    }
+
+    #[test]
+    fn huge_durations_are_clamped_and_never_overflow() {
+        for text in ["1e19", "1e300", "18446744073709551615", "1000000000y"] {
+            match parse_duration(text) {
+                Ok(d) => assert!(d <= LONGEST_WAIT, "{text}"),
+                Err(e) => assert!(!e.is_empty(), "{text}"),
+            }
+        }
+        assert_eq!(parse_duration("1e19"), Ok(LONGEST_WAIT));
+        assert!(
+            std::time::Instant::now()
+                .checked_add(LONGEST_WAIT)
+                .is_some()
+        );
+        assert!(parse_ttl("1e10").is_err());
+        assert!(parse_ttl("0").is_err());
+        assert_eq!(parse_ttl("10"), Ok(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn under_the_name_flock_there_are_no_subcommands() {
+        let args: Vec<OsString> = ["/usr/bin/flock", "holder", "true"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        match parse(args) {
+            Ok(Invocation::Run(opts)) => {
+                assert_eq!(opts.path, std::path::Path::new("holder"));
+                assert_eq!(opts.conflict_status, persona::FLOCK_CONFLICT);
+                assert!(opts.quiet);
+            }
+            _ => panic!("`flock holder true` is not the run form"),
+        }
+        let args: Vec<OsString> = ["flock", "-c", "true", "check"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        assert!(matches!(parse(args), Ok(Invocation::Run(_))));
     }
 
     fn token() -> impl Strategy<Value = OsString> {
@@ -687,6 +1183,12 @@ mod tests {
             "--conflict-exit-code",
             "-c",
             "-u",
+            "--fcntl",
+            "--start",
+            "--length",
+            "--fd",
+            "0",
+            "1e19",
             "--ttl",
             "-nq",
             "-w5",
@@ -732,12 +1234,23 @@ mod tests {
         #[test]
         fn the_plain_parser_agrees_with_clap(tokens in prop::collection::vec(token(), 0..9)) {
             let args: Vec<OsString> = std::iter::once(OsString::from("lockrun")).chain(tokens).collect();
-            if let Some(plain) = parse_plain_run(&args) {
+            if let Some(plain) = parse_plain_run(&args, true) {
                 let cli = Cli::try_parse_from(&args);
                 prop_assert!(cli.is_ok(), "clap refused {:?}: {:?}", args, cli.err().map(|e| e.to_string()));
                 let cli = cli.unwrap();
                 prop_assert!(cli.inspect.is_none(), "clap saw a subcommand in {:?}", args);
                 prop_assert_eq!(plain, cli.run, "for {:?}", args);
+            }
+        }
+
+        /// The same under the name flock, which has no subcommands.
+        #[test]
+        fn the_plain_parser_agrees_with_clap_as_flock(tokens in prop::collection::vec(token(), 0..9)) {
+            let args: Vec<OsString> = std::iter::once(OsString::from("flock")).chain(tokens).collect();
+            if let Some(plain) = parse_plain_run(&args, false) {
+                let cli = FlockCli::try_parse_from(&args);
+                prop_assert!(cli.is_ok(), "clap refused {:?}: {:?}", args, cli.err().map(|e| e.to_string()));
+                prop_assert_eq!(plain, cli.unwrap().run, "for {:?}", args);
             }
         }
     }

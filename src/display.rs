@@ -2,28 +2,17 @@
 //!
 //! Everything shown here may come from a lock file anyone can write, so
 //! every string passes through [`escape`]: a hostile record must not be able
-//! to move the cursor, change colours or retitle the terminal of the admin
-//! reading `lockrun holder` at 3 a.m.
+//! to move the cursor, change colours, retitle the terminal or reorder the
+//! text of the admin reading `lockrun holder` at 3 a.m.
 
 use crate::record::{Exit, Record};
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
-/// Replaces control characters (C0, DEL, C1) with visible escapes.
+/// Replaces control characters (C0, DEL, C1) and the characters that
+/// reorder or hide text with visible escapes: see [`crate::sanitize`].
 pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    crate::sanitize::for_terminal(text)
 }
 
 /// A command line as a person would type it: arguments with spaces or

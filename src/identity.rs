@@ -62,6 +62,11 @@ pub fn host_name() -> Option<&'static str> {
     this_machine().host.as_deref()
 }
 
+/// The PID namespace we run in, as records name it.
+pub fn pid_namespace() -> Option<u64> {
+    this_machine().pid_ns
+}
+
 /// The login name for `uid`, from /etc/passwd, else `$USER` or `$LOGNAME`
 /// when nothing contradicts it.
 fn user_name(uid: u32) -> Option<String> {

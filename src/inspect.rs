@@ -9,7 +9,7 @@
 use crate::exit_codes::{self, Failure};
 use crate::identity::{self, Liveness};
 use crate::lock::LockMode;
-use crate::platform::{self, FdHolder, KernelLock};
+use crate::platform::{self, FdHolder, KernelLock, LockSpan};
 use crate::record::{self, Record};
 use rustix::fs::{Mode, OFlags};
 use serde::Serialize;
@@ -106,6 +106,30 @@ pub struct Holder {
     /// The pid the kernel names as having taken the lock, when that process
     /// no longer holds it: this one inherited the descriptor.
     pub locked_by: Option<i32>,
+    /// For a file lock: which kind, on which bytes (`kind`, `start`, `end`
+    /// in JSON). Absent for a lock URL.
+    #[serde(flatten)]
+    pub span: Option<Span>,
+}
+
+/// A file lock's kind and byte range, as --json shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Span {
+    /// `flock`, `ofd` or `posix`.
+    pub kind: &'static str,
+    pub start: u64,
+    /// The last byte locked, inclusive; null: to the end of the file.
+    pub end: Option<u64>,
+}
+
+impl From<LockSpan> for Span {
+    fn from(span: LockSpan) -> Span {
+        Span {
+            kind: span.kind.as_str(),
+            start: span.start,
+            end: span.end,
+        }
+    }
 }
 
 pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
@@ -146,23 +170,65 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         ..Report::free(shown)
     };
 
-    let kernel = match platform::kernel_locks(dev, ino) {
-        Ok(locks) => locks,
+    // Matched as the kernel lists the file, which is not always what stat
+    // says (btrfs subvolumes, overlays).
+    let id = platform::lock_id_at(path, dev, ino);
+    let table = match platform::kernel_locks(id) {
+        Ok(table) => table,
         Err(e) => {
             report.state = State::Unknown;
             report.reason = Some(format!("cannot read the kernel's lock table: {e}"));
             return Ok(report);
         }
     };
-    report.waiting = kernel.iter().filter(|l| l.waiting).count();
-    let held: Vec<&KernelLock> = kernel.iter().filter(|l| !l.waiting).collect();
+    report.waiting = table.locks.iter().filter(|l| l.waiting).count();
+    let held: Vec<&KernelLock> = table.locks.iter().filter(|l| !l.waiting).collect();
 
     if !held.is_empty() {
-        report.state = State::Held;
-        if want_holders {
-            report.holders = holders(dev, ino, &held);
+        // The table names a file by super block and inode number, and
+        // btrfs numbers inodes per subvolume: `00:28:257` can be a file in
+        // another subvolume. Where stat's id differs, the descriptors say
+        // whether this very file is locked; only a complete look at every
+        // process (root) can say it is not.
+        let ambiguous = id != platform::stat_lock_id(dev, ino);
+        if !ambiguous {
+            report.state = State::Held;
+            if want_holders {
+                report.holders = holders(platform::fd_holders(dev, ino).0, &held);
+            }
+            return Ok(report);
         }
-        return Ok(report);
+        let (found, complete) = platform::fd_holders(dev, ino);
+        if !found.is_empty() || !complete {
+            report.state = State::Held;
+            report.holders = holders(found, &held);
+            return Ok(report);
+        }
+    }
+
+    // The table shows no holder. Where it may have missed one, the
+    // descriptors themselves say: first those of a live holder the record
+    // names (cheap), then, when the table came in several reads that
+    // entries can shift between, every process's.
+    let unreleased = report.record.as_ref().filter(|r| !r.is_released());
+    if let Some(record) = unreleased
+        && liveness == Some(Liveness::Alive)
+    {
+        let recorded = [record.pid, record.lockrun_pid]
+            .into_iter()
+            .flatten()
+            .filter_map(|pid| i32::try_from(pid).ok());
+        for pid in recorded {
+            if platform::process_holds(pid, dev, ino) == Some(true) {
+                return Ok(held_via(report, platform::fd_holders(dev, ino).0));
+            }
+        }
+    }
+    if table.torn {
+        let found = platform::fd_holders(dev, ino).0;
+        if !found.is_empty() {
+            return Ok(held_via(report, found));
+        }
     }
 
     let surroundings = Surroundings {
@@ -170,21 +236,25 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         network_fs: platform::file_system_magic(path).and_then(platform::network_fs_name),
     };
     let descriptors = || platform::fd_holders(dev, ino).0;
-    match conclude_unseen(report.record.as_ref(), liveness, &surroundings, descriptors) {
+    match conclude_unseen(report.record.as_ref(), &surroundings, descriptors) {
         Unseen::Free => {}
-        Unseen::HeldVia(found) => {
-            report.state = State::Held;
-            report.holders = found
-                .iter()
-                .map(|h| describe(h.pid, h.mode, None))
-                .collect();
-        }
+        Unseen::HeldVia(found) => return Ok(held_via(report, found)),
         Unseen::Unknown(reason) => {
             report.state = State::Unknown;
             report.reason = Some(reason);
         }
     }
     Ok(report)
+}
+
+/// Held, as the holders' descriptors show though the table did not.
+fn held_via(mut report: Report, found: Vec<FdHolder>) -> Report {
+    report.state = State::Held;
+    report.holders = found
+        .iter()
+        .map(|h| describe(h.pid, h.mode, None, h.span))
+        .collect();
+    report
 }
 
 /// Where the lock file lives and where we look from.
@@ -205,7 +275,6 @@ enum Unseen {
 /// including network file systems this machine cannot mount.
 fn conclude_unseen(
     record: Option<&Record>,
-    liveness: Option<Liveness>,
     surroundings: &Surroundings,
     descriptors: impl FnOnce() -> Vec<FdHolder>,
 ) -> Unseen {
@@ -213,24 +282,28 @@ fn conclude_unseen(
     let in_child_namespace = surroundings
         .our_pid_ns
         .is_some_and(|ns| ns != platform::INITIAL_PID_NAMESPACE);
-    if let Some(rec) = unreleased
-        && in_child_namespace
-    {
-        // In a child PID namespace /proc/locks hides locks whose taker it
-        // cannot see. A live recorded holder may still hold it: ask the
-        // descriptors themselves.
-        if liveness == Some(Liveness::Alive) {
-            let found = descriptors();
-            if !found.is_empty() {
-                return Unseen::HeldVia(found);
-            }
+    if in_child_namespace {
+        // In a child PID namespace /proc/locks hides every lock whose taker
+        // it cannot see (a process outside, or one that has exited): an
+        // empty table proves nothing. A holder inside shows through its
+        // descriptors; one outside cannot be seen at all.
+        let found = descriptors();
+        if !found.is_empty() {
+            return Unseen::HeldVia(found);
         }
-        if rec.pid_ns.is_some() && rec.pid_ns != surroundings.our_pid_ns {
+        if let Some(rec) = unreleased
+            && rec.pid_ns.is_some()
+            && rec.pid_ns != surroundings.our_pid_ns
+        {
             return Unseen::Unknown(format!(
                 "the record names pid {} in another PID namespace, and this namespace's lock table cannot show its locks",
                 rec.pid.unwrap_or(0)
             ));
         }
+        return Unseen::Unknown(
+            "this is a child PID namespace, whose lock table hides locks taken by processes outside it (`lockrun check --probe` can tell)"
+                .to_owned(),
+        );
     }
     if let Some(fs_name) = surroundings.network_fs {
         let host = record
@@ -284,12 +357,15 @@ fn read_record(path: &Path, dev: u64, ino: u64) -> io::Result<Option<Record>> {
     Ok(Record::parse(&record::read_content(&file)?))
 }
 
-fn holders(dev: u64, ino: u64, held: &[&KernelLock]) -> Vec<Holder> {
-    let (fd_holders, _complete) = platform::fd_holders(dev, ino);
+fn holders(fd_holders: Vec<FdHolder>, held: &[&KernelLock]) -> Vec<Holder> {
     if fd_holders.is_empty() {
         // No access to other processes' descriptors (not root): the
-        // kernel's pid is the best we have.
-        return held.iter().map(|l| describe(l.pid, l.mode, None)).collect();
+        // kernel's pid is the best we have; an OFD lock has none.
+        return held
+            .iter()
+            .filter(|l| l.pid > 0)
+            .map(|l| describe(l.pid, l.mode, None, l.span))
+            .collect();
     }
     // A holder whose lock was taken by a process that no longer holds it
     // inherited it: say so. Decided from the descriptors, not from whether
@@ -300,17 +376,18 @@ fn holders(dev: u64, ino: u64, held: &[&KernelLock]) -> Vec<Holder> {
             let caller_gone = h.caller > 0
                 && h.caller != h.pid
                 && !fd_holders.iter().any(|other| other.pid == h.caller);
-            describe(h.pid, h.mode, caller_gone.then_some(h.caller))
+            describe(h.pid, h.mode, caller_gone.then_some(h.caller), h.span)
         })
         .collect()
 }
 
-fn describe(pid: i32, mode: LockMode, locked_by: Option<i32>) -> Holder {
+fn describe(pid: i32, mode: LockMode, locked_by: Option<i32>, span: LockSpan) -> Holder {
     Holder {
         pid,
         mode: mode.as_str(),
         command: platform::process_cmdline(pid),
         locked_by,
+        span: Some(span.into()),
     }
 }
 
@@ -349,12 +426,7 @@ mod tests {
             network_fs: platform::network_fs_name(0x6969),
         };
         let record = unreleased("db2", HOST_NS);
-        let Unseen::Unknown(reason) = conclude_unseen(
-            Some(&record),
-            Some(Liveness::CannotTell),
-            &nfs,
-            no_descriptors,
-        ) else {
+        let Unseen::Unknown(reason) = conclude_unseen(Some(&record), &nfs, no_descriptors) else {
             panic!("NFS must be unknown");
         };
         assert!(
@@ -366,7 +438,7 @@ mod tests {
             network_fs: platform::network_fs_name(0xFF53_4D42),
         };
         assert!(matches!(
-            conclude_unseen(None, None, &cifs, no_descriptors),
+            conclude_unseen(None, &cifs, no_descriptors),
             Unseen::Unknown(_)
         ));
     }
@@ -375,16 +447,11 @@ mod tests {
     fn a_local_file_system_seen_from_the_initial_namespace_is_free() {
         let record = unreleased("h", HOST_NS);
         assert_eq!(
-            conclude_unseen(
-                Some(&record),
-                Some(Liveness::Dead),
-                &local(HOST_NS),
-                no_descriptors
-            ),
+            conclude_unseen(Some(&record), &local(HOST_NS), no_descriptors),
             Unseen::Free
         );
         assert_eq!(
-            conclude_unseen(None, None, &local(HOST_NS), no_descriptors),
+            conclude_unseen(None, &local(HOST_NS), no_descriptors),
             Unseen::Free
         );
     }
@@ -392,39 +459,32 @@ mod tests {
     #[test]
     fn a_holder_outside_our_child_namespace_is_unknown() {
         let record = unreleased("h", HOST_NS);
-        let verdict = conclude_unseen(
-            Some(&record),
-            Some(Liveness::CannotTell),
-            &local(CHILD_NS),
-            no_descriptors,
-        );
+        let verdict = conclude_unseen(Some(&record), &local(CHILD_NS), no_descriptors);
         assert!(matches!(verdict, Unseen::Unknown(r) if r.contains("another PID namespace")));
     }
 
     #[test]
-    fn a_live_holder_in_our_child_namespace_is_found_through_its_descriptors() {
+    fn without_a_record_a_child_namespace_cannot_say_free() {
+        // flock(1) or --no-record outside: nothing to go on, and the table
+        // hides it.
+        let verdict = conclude_unseen(None, &local(CHILD_NS), no_descriptors);
+        assert!(matches!(verdict, Unseen::Unknown(r) if r.contains("child PID namespace")));
+        let mut released = unreleased("h", CHILD_NS);
+        released.released_at = Some("2026-11-29T02:00:03.120Z".into());
+        let verdict = conclude_unseen(Some(&released), &local(CHILD_NS), no_descriptors);
+        assert!(matches!(verdict, Unseen::Unknown(_)));
+    }
+
+    #[test]
+    fn a_holder_in_our_child_namespace_is_found_through_its_descriptors() {
         let record = unreleased("h", CHILD_NS);
         let holder = FdHolder {
             pid: 7,
             mode: LockMode::Exclusive,
             caller: 7,
+            span: LockSpan::WHOLE_FLOCK,
         };
-        let verdict = conclude_unseen(
-            Some(&record),
-            Some(Liveness::Alive),
-            &local(CHILD_NS),
-            || vec![holder.clone()],
-        );
+        let verdict = conclude_unseen(Some(&record), &local(CHILD_NS), || vec![holder.clone()]);
         assert_eq!(verdict, Unseen::HeldVia(vec![holder]));
-        // A dead one in our own namespace is simply gone.
-        assert_eq!(
-            conclude_unseen(
-                Some(&record),
-                Some(Liveness::Dead),
-                &local(CHILD_NS),
-                no_descriptors
-            ),
-            Unseen::Free
-        );
     }
 }

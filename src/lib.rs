@@ -14,13 +14,16 @@ pub mod backend;
 pub mod cli;
 pub mod display;
 pub mod exit_codes;
+pub mod generate;
 pub mod identity;
 pub mod inspect;
+pub mod persona;
 pub mod platform;
 pub mod progress;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod sanitize;
 
 // The backends' modules under their short names.
 pub use backend::etcd;

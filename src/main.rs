@@ -11,13 +11,14 @@ use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
 use lockrun::run::signals;
 use lockrun::run::{self, Ending};
-use lockrun::{etcd, fd_mode, postgres, report};
+use lockrun::{etcd, fd_mode, persona, postgres, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
+    standard_streams_open();
     let args: Vec<OsString> = (0..usize::try_from(argc).unwrap_or(0))
         // SAFETY: the C runtime passes argc valid, NUL-terminated strings.
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
@@ -26,14 +27,18 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     if postgres::ENABLED {
         hide_passwords(argc, argv);
     }
+    persona::set_from_argv0(args.first().map(OsString::as_os_str));
     let status = match cli::parse(args).and_then(dispatch) {
         Ok(Ending::Status(status)) => status,
+        // flock(1) reports a command's death by signal N as status 128+N.
+        Ok(Ending::Signal(sig)) if persona::is_flock() => exit_codes::for_signal(sig),
         Ok(Ending::Signal(sig)) => signals::die_by(sig),
         Err(failure) => {
-            eprintln!("lockrun: {failure}");
+            eprintln!("{}: {failure}", persona::name());
             failure.status
         }
     };
+    persona::flush_stdout();
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(status));
 }
@@ -55,6 +60,21 @@ fn hide_passwords(argc: c_int, argv: *const *const c_char) {
     }
 }
 
+/// Started with fd 0, 1 or 2 closed (a daemon, `cmd <&- >&- 2>&-`), the
+/// first descriptor lockrun creates would become "stderr": a message would
+/// land in its wake pipe or its lock file. So the three are opened on
+/// /dev/null first, as a shell would leave them.
+fn standard_streams_open() {
+    for fd in 0..3 {
+        // SAFETY: only asks whether the descriptor is open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            // SAFETY: open returns the lowest free descriptor, which is
+            // this one; it is meant to stay open for good.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+}
+
 fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     match invocation {
         Invocation::Run(opts) => run::run(&opts),
@@ -68,6 +88,14 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
             probe,
             target,
         } => check(json, quiet, probe, &target).map(Ending::Status),
+        Invocation::Generate(kind) => {
+            let text = lockrun::generate::render(kind);
+            let mut out = std::io::stdout().lock();
+            out.write_all(&text)
+                .and_then(|()| out.flush())
+                .map_err(|e| Failure::new(exit_codes::OS_ERROR, format!("cannot write: {e}")))?;
+            Ok(Ending::Status(0))
+        }
         Invocation::Done => Ok(Ending::Status(0)),
     }
 }
@@ -126,7 +154,7 @@ fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8
 
 fn print_report(found: &inspect::Report, json: bool) {
     let text = if json {
-        serde_json::to_string(found).unwrap_or_default()
+        lockrun::sanitize::json(found).unwrap_or_default()
     } else {
         report::human(found)
     };

@@ -61,14 +61,12 @@ impl WaitObserver for Progress {
                 .timeout
                 .map(|t| format!(" / {}", display::span(t)))
                 .unwrap_or_default();
-            let mut line = format!(
-                "lockrun: waiting for {} (held by {holder}): {}{limit}",
-                self.label,
-                display::span(waited)
+            let line = status_line(
+                &self.label,
+                &holder,
+                &format!("{}{limit}", display::span(waited)),
+                terminal_columns(),
             );
-            if line.chars().count() > 200 {
-                line = line.chars().take(200).collect();
-            }
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[K{line}");
             let _ = err.flush();
@@ -89,33 +87,107 @@ impl WaitObserver for Progress {
     }
 }
 
+fn terminal_columns() -> usize {
+    use std::os::fd::AsFd;
+    crate::platform::terminal_columns(std::io::stderr().as_fd()).unwrap_or(80)
+}
+
+/// `lockrun: waiting for LABEL (held by HOLDER): 3.2s / 10s`, no wider than
+/// the terminal less one column: a status line that wraps leaves a row of
+/// junk behind at every refresh. The holder gives way first, then the
+/// label, so that the time waited stays in view. (Every character counts
+/// as one column: label and holder are escaped.)
+fn status_line(label: &str, holder: &str, time: &str, columns: usize) -> String {
+    let room = columns.saturating_sub(1).max(1);
+    let width = |parts: &[&str]| parts.iter().map(|p| p.chars().count()).sum::<usize>();
+    let cut = |text: &str, keep: usize| -> String {
+        if text.chars().count() <= keep {
+            text.to_owned()
+        } else if keep == 0 {
+            String::new()
+        } else {
+            text.chars().take(keep - 1).collect::<String>() + "…"
+        }
+    };
+    let frame = ["lockrun: waiting for ", " (held by ", "): "];
+    let fixed = width(&frame) + width(&[time]);
+    let label_width = label.chars().count();
+    let holder_room = room.saturating_sub(fixed + label_width).max(8);
+    let holder = cut(holder, holder_room);
+    let label_room = room.saturating_sub(fixed + holder.chars().count());
+    let label = cut(label, label_room);
+    let line = format!("lockrun: waiting for {label} (held by {holder}): {time}");
+    if line.chars().count() <= room {
+        line
+    } else {
+        line.chars().take(room).collect()
+    }
+}
+
 /// Who holds the lock according to its record, if the record names a live
-/// holder. Reads only the record and /proc/PID/stat, never the kernel's lock
-/// table: that is `holder`'s job, not the run path's.
+/// holder that the kernel confirms. Reads the record, /proc/PID/stat and
+/// the recorded processes' descriptors, never the kernel's lock table or
+/// the inspection code: that is `holder`'s job, not the run path's.
 pub fn held_by(lock: &LockFile) -> Option<String> {
-    live_holder(&current_record(lock)?)
+    match confirmed(lock, &current_record(lock)?) {
+        Confirmed::Holds(holder) => Some(holder),
+        Confirmed::CannotTell(_) | Confirmed::Gone | Confirmed::NotHolding => None,
+    }
 }
 
 /// Names the holder for a conflict message, from one read of the record.
-/// Without a live record the holder is named as well as the run path can:
-/// `holder` can name it from the kernel.
+/// A record names its holder only when the kernel confirms that process
+/// (or the lockrun that started it) holds this file: anyone who can write
+/// the lock file can write a record blaming pid 1. Without that, the
+/// holder is named as well as the run path can: `holder` can name it from
+/// the kernel.
 pub fn conflict_holder(lock: &LockFile, label: &str) -> String {
-    let record = current_record(lock);
-    if let Some(holder) = record.as_ref().and_then(live_holder) {
-        return holder;
-    }
-    match record {
+    let ask = holder_command(lock, label);
+    let Some(record) = current_record(lock) else {
+        return format!("another process, which left no holder record (`{ask}` names it)");
+    };
+    match confirmed(lock, &record) {
+        Confirmed::Holds(holder) => holder,
+        Confirmed::CannotTell(holder) => format!(
+            "another process; the record names {holder}, which lockrun cannot confirm from here (`{ask}` can)"
+        ),
         // A released or dead record whose lock is still held: typically a
         // background child of that command inherited it.
-        Some(last) => format!(
+        Confirmed::Gone => format!(
             "a process the record does not name (it names pid {} ({}), which is gone; \
-             a background child of it may hold the lock): `lockrun holder {label}` names it",
-            last.pid.unwrap_or(0),
-            display::record_command(&last)
+             a background child of it may hold the lock): `{ask}` names it",
+            record.pid.unwrap_or(0),
+            display::record_command(&record)
         ),
-        None => format!(
-            "another process, which left no holder record (`lockrun holder {label}` names it)"
+        // Alive but not holding: a stale record, or a forged one. Its pid
+        // is not repeated, not even to deny it.
+        Confirmed::NotHolding => format!(
+            "a process the record does not name (the process it names does not hold the lock): \
+             `{ask}` names it"
         ),
+    }
+}
+
+/// `lockrun holder PATH` for the file really locked: in fd mode the label is
+/// "descriptor 9", and the file is the one behind it.
+fn holder_command(lock: &LockFile, label: &str) -> String {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let same_file = |path: &std::path::Path| {
+        let (Ok(named), Ok(ours)) = (std::fs::metadata(path), lock.file().metadata()) else {
+            return false;
+        };
+        named.dev() == ours.dev() && named.ino() == ours.ino()
+    };
+    if same_file(lock.path()) {
+        return format!("lockrun holder {label}");
+    }
+    match crate::platform::descriptor_path(lock.file().as_fd()) {
+        Some(real) => format!(
+            "lockrun holder {}",
+            display::command(&[real.to_string_lossy().into_owned()])
+        ),
+        None => format!("lockrun holder {label}"),
     }
 }
 
@@ -123,9 +195,67 @@ fn current_record(lock: &LockFile) -> Option<Record> {
     Record::parse(&record::read_content(lock.file()).ok()?)
 }
 
-fn live_holder(record: &Record) -> Option<String> {
-    if record.is_released() || identity::record_holder(record) == Liveness::Dead {
-        return None;
+enum Confirmed {
+    /// The recorded process (or its lockrun) holds a lock on this file.
+    Holds(String),
+    /// It is alive, but its descriptors cannot be looked at (another
+    /// user's) or its pid is not one of ours (another host or PID
+    /// namespace).
+    CannotTell(String),
+    /// Released, or its process is gone.
+    Gone,
+    /// Alive, and holds no lock on this file.
+    NotHolding,
+}
+
+fn confirmed(lock: &LockFile, record: &Record) -> Confirmed {
+    use std::os::unix::fs::MetadataExt;
+    if record.is_released() {
+        return Confirmed::Gone;
     }
-    Some(display::holder_summary(record))
+    let summary = || display::holder_summary(record);
+    match identity::record_holder(record) {
+        Liveness::Dead => return Confirmed::Gone,
+        Liveness::CannotTell => return Confirmed::CannotTell(summary()),
+        Liveness::Alive => {}
+    }
+    let Ok(ours) = lock.file().metadata() else {
+        return Confirmed::CannotTell(summary());
+    };
+    let mut unknown = false;
+    for pid in [record.pid, record.lockrun_pid].into_iter().flatten() {
+        let Ok(pid) = i32::try_from(pid) else {
+            continue;
+        };
+        match crate::platform::process_holds(pid, ours.dev(), ours.ino()) {
+            Some(true) => return Confirmed::Holds(summary()),
+            Some(false) => {}
+            None => unknown = true,
+        }
+    }
+    if unknown {
+        Confirmed::CannotTell(summary())
+    } else {
+        Confirmed::NotHolding
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_line;
+
+    #[test]
+    fn the_status_line_fits_and_keeps_the_time() {
+        let holder = "pid 4243 (backup.sh --full --with-a-long-argument) since 02:00:03 (13m ago)";
+        let label = "/var/lock/a-rather-long-directory-name/backup.lock";
+        for columns in [20, 40, 60, 80, 120, 300] {
+            let line = status_line(label, holder, "3.2s / 10s", columns);
+            assert!(line.chars().count() < columns, "{columns}: {line}");
+            if columns >= 60 {
+                assert!(line.ends_with("): 3.2s / 10s"), "{columns}: {line}");
+            }
+        }
+        let wide = status_line(label, holder, "3.2s", 300);
+        assert!(wide.contains(holder) && wide.contains(label), "{wide}");
+    }
 }

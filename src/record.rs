@@ -20,10 +20,16 @@ pub const FORMAT: u32 = 1;
 /// a hostile lock file must not make `holder` read gigabytes.
 pub const MAX_RECORD_BYTES: u64 = 64 * 1024;
 
-/// Caps on what a record keeps of the command line, so that a huge argv
-/// cannot push the record past what readers accept.
-const MAX_ARG_CHARS: usize = 1024;
-const MAX_COMMAND_CHARS: usize = 16 * 1024;
+/// Caps on what a record keeps, in bytes as written in JSON (a control
+/// character takes six there: `\u0001`), so that any argv or working
+/// directory leaves the record far below what readers accept.
+const MAX_ARG_JSON: usize = 1024;
+const MAX_COMMAND_JSON: usize = 16 * 1024;
+const MAX_CWD_JSON: usize = 4 * 1024;
+const MAX_NAME_JSON: usize = 256;
+
+/// Marks a cut.
+const CUT: &str = "…";
 
 /// Field order matters: `lockrun`, `pid` and `pid_start` come first so the
 /// forked child can splice its own pid and start time into a record the
@@ -114,11 +120,11 @@ impl Record {
             lockrun: FORMAT,
             boot_id: me.boot_id,
             lockrun_pid: Some(i64::from(std::process::id())),
-            host: me.host,
-            user: me.user,
+            host: me.host.map(|h| cut_json(&h, MAX_NAME_JSON)),
+            user: me.user.map(|u| cut_json(&u, MAX_NAME_JSON)),
             uid: Some(me.uid),
             command: Some(recordable_command(command)),
-            cwd: cwd.map(|d| d.to_string_lossy().into_owned()),
+            cwd: cwd.map(|d| cut_json(&d.to_string_lossy(), MAX_CWD_JSON)),
             mode: Some(mode.as_str().to_owned()),
             version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             pid_ns: me.pid_ns,
@@ -155,23 +161,52 @@ impl Record {
 }
 
 /// Keeps the record small whatever the argv: each argument and the whole
-/// command are cut, with a marker, past fixed sizes.
+/// command are cut, with a marker, past fixed sizes as written in JSON.
 pub fn recordable_command(argv: &[std::ffi::OsString]) -> Vec<String> {
     let mut total = 0;
     let mut out = Vec::new();
-    for arg in argv {
-        let mut arg = arg.to_string_lossy().into_owned();
-        if arg.chars().count() > MAX_ARG_CHARS {
-            arg = arg.chars().take(MAX_ARG_CHARS).collect::<String>() + "…";
-        }
-        total += arg.len();
-        if total > MAX_COMMAND_CHARS {
-            out.push(format!("… ({} more arguments)", argv.len() - out.len()));
+    for (i, arg) in argv.iter().enumerate() {
+        let arg = cut_json(&arg.to_string_lossy(), MAX_ARG_JSON);
+        total += json_len(&arg) + 3;
+        if total > MAX_COMMAND_JSON {
+            out.push(format!("{CUT} ({} more arguments)", argv.len() - i));
             break;
         }
         out.push(arg);
     }
     out
+}
+
+/// How many bytes serde_json writes for `text` inside a JSON string.
+fn json_len(text: &str) -> usize {
+    text.chars().map(char_json_len).sum()
+}
+
+fn char_json_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if u32::from(c) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// `text` cut, with [`CUT`] at the end, so that it takes at most `max`
+/// bytes in JSON.
+fn cut_json(text: &str, max: usize) -> String {
+    if json_len(text) <= max {
+        return text.to_owned();
+    }
+    let room = max.saturating_sub(CUT.len());
+    let mut used = 0;
+    let mut out = String::new();
+    for c in text.chars() {
+        used += char_json_len(c);
+        if used > room {
+            break;
+        }
+        out.push(c);
+    }
+    out + CUT
 }
 
 /// Reads what the lock file holds, at most [`MAX_RECORD_BYTES`] (and one
@@ -257,18 +292,29 @@ pub fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
 }
 
 /// Replaces the record: one write of the whole line, then one truncate to
-/// its length (the file never shrinks to nothing in between), no fsync:
-/// the record is diagnostic, and after a power cut the kernel lock is gone
-/// anyway. The truncate is skipped when the file is known to be no longer
-/// than the line (`len_now`): on ext4 it is a journalled change, and a
-/// release record, always longer than the start record it replaces, is
-/// written on the way to letting the lock go. On a failed or short write
-/// the file is emptied, so that a half-written record never claims the
-/// lock for someone else.
+/// its length, no fsync: the record is diagnostic, and after a power cut
+/// the kernel lock is gone anyway.
+///
+/// A line shorter than the file is padded with blanks to the file's length,
+/// so that the file parses as the new record at every
+/// moment: a lockrun killed between the write and the truncate leaves a
+/// record with trailing blanks, never "new record + old tail" (which would
+/// read as foreign content, and no record would ever be written there
+/// again). The truncate is skipped when the file is known to be no longer
+/// than the line (`len_now`, else fstat): on ext4 it is a journalled
+/// change, and a release record, always longer than the start record it
+/// replaces, is written on the way to letting the lock go. On a failed or
+/// short write the file is emptied, so that a half-written record never
+/// claims the lock for someone else.
 pub fn write(file: &std::fs::File, line: &[u8], len_now: Option<u64>) -> io::Result<()> {
-    let result = match file.write_at(line, 0) {
-        Ok(n) if n == line.len() && len_now.is_some_and(|len| len <= n as u64) => Ok(()),
-        Ok(n) if n == line.len() => file.set_len(n as u64),
+    let len_now = match len_now {
+        Some(len) => len,
+        None => file.metadata()?.len(),
+    };
+    let padded = padded(line, len_now);
+    let result = match file.write_at(&padded, 0) {
+        Ok(n) if n == padded.len() && n == line.len() => Ok(()),
+        Ok(n) if n == padded.len() => file.set_len(line.len() as u64),
         Ok(_) => Err(io::Error::new(io::ErrorKind::WriteZero, "short write")),
         Err(e) => Err(e),
     };
@@ -276,6 +322,74 @@ pub fn write(file: &std::fs::File, line: &[u8], len_now: Option<u64>) -> io::Res
         let _ = file.set_len(0);
     }
     result
+}
+
+/// `line`, then blanks up to `len` bytes (spaces, and a newline at the
+/// end), so that cutting it at the line's length leaves the line.
+fn padded(line: &[u8], len: u64) -> std::borrow::Cow<'_, [u8]> {
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    if len <= line.len() || len > MAX_RECORD_BYTES as usize + 1 {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(line);
+    out.resize(len - 1, b' ');
+    out.push(b'\n');
+    std::borrow::Cow::Owned(out)
+}
+
+/// What became of the release record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    Written,
+    /// The file no longer holds exactly the record this run wrote (the
+    /// command wrote into it, or gave it a second name): left as it is.
+    LeftAlone(&'static str),
+}
+
+/// Writes the release record, `released`, over the record this run wrote,
+/// but only if the file still holds exactly that record and has one name:
+/// a command may write its own lock file (the pid-file idiom, `echo $$ >
+/// pid.lock`, or a log appended to it), and that data is the user's.
+pub fn write_release(file: &std::fs::File, released: &Record) -> io::Result<Release> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    if meta.nlink() != 1 {
+        return Ok(Release::LeftAlone(if meta.nlink() == 0 {
+            "it was deleted"
+        } else {
+            "it got another name (a hard link)"
+        }));
+    }
+    let content = read_content(file)?;
+    if !holds_our_record(&content, released) {
+        return Ok(Release::LeftAlone(
+            "it no longer holds the record lockrun wrote (the command wrote into it)",
+        ));
+    }
+    write(file, &released.to_line(), Some(meta.len()))?;
+    Ok(Release::Written)
+}
+
+/// Whether `content` is, byte for byte, a start record this run wrote: a
+/// record as lockrun serialises it (padded with spaces at most), not yet
+/// released, with this run's lockrun pid, boot and time of taking the lock,
+/// and, when `ours` knows it, the command's pid.
+fn holds_our_record(content: &[u8], ours: &Record) -> bool {
+    let Some(found) = Record::parse(content) else {
+        return false;
+    };
+    let Some(body) = content.strip_suffix(b"\n") else {
+        return false;
+    };
+    let canonical = found.to_line();
+    let exact = canonical.strip_suffix(b"\n") == Some(body.trim_ascii_end());
+    exact
+        && !found.is_released()
+        && found.lockrun_pid == ours.lockrun_pid
+        && found.boot_id == ours.boot_id
+        && found.acquired_at == ours.acquired_at
+        && (ours.pid.is_none() || found.pid == ours.pid)
 }
 
 /// A record prepared by the parent and completed by the forked child before
@@ -364,19 +478,52 @@ impl ChildRecord {
             Some(start) => format_u64(start, &mut start_buf),
             None => b"null",
         };
-        let parts = [
-            io::IoSlice::new(&self.head),
-            io::IoSlice::new(pid_text),
-            io::IoSlice::new(b",\"pid_start\":"),
-            io::IoSlice::new(start_text),
-            io::IoSlice::new(&self.tail),
-        ];
+        // Unknown: as if longer than anything, so that it is truncated.
+        let old_len = rustix::fs::fstat(fd)
+            .ok()
+            .and_then(|st| usize::try_from(st.st_size).ok())
+            .unwrap_or(usize::MAX);
+        let pid_start: [&[u8]; 2] = match start {
+            Some(_) => [b",\"pid_start\":", start_text],
+            // Left out, as serde leaves out a None.
+            None => [b"", b""],
+        };
+        let mut parts = [io::IoSlice::new(&[]); 6 + PAD_SLICES];
+        parts[0] = io::IoSlice::new(&self.head);
+        parts[1] = io::IoSlice::new(pid_text);
+        parts[2] = io::IoSlice::new(pid_start[0]);
+        parts[3] = io::IoSlice::new(pid_start[1]);
+        parts[4] = io::IoSlice::new(&self.tail);
+        let line_len: usize = parts[..5].iter().map(|p| p.len()).sum();
+        // Blanks up to the old length (see `write`), as far as the slices
+        // of spaces reach: a file that long is not a record anyway.
+        let mut pad = if old_len <= MAX_RECORD_BYTES as usize + 1 {
+            old_len.saturating_sub(line_len)
+        } else {
+            0
+        };
+        let mut used = 4;
+        if pad > 0 {
+            pad -= 1;
+            while pad > 0 && used < 4 + PAD_SLICES {
+                let take = pad.min(SPACES.len());
+                used += 1;
+                parts[used] = io::IoSlice::new(&SPACES[..take]);
+                pad -= take;
+            }
+            used += 1;
+            parts[used] = io::IoSlice::new(b"\n");
+        }
+        let parts = &parts[..=used];
         let expected: usize = parts.iter().map(|p| p.len()).sum();
-        let result = rustix::io::pwritev(fd, &parts, 0).and_then(|n| {
-            if n == expected {
-                rustix::fs::ftruncate(fd, n as u64)
-            } else {
+        let result = rustix::io::pwritev(fd, parts, 0).and_then(|n| {
+            if n != expected {
                 Err(rustix::io::Errno::NOSPC)
+            } else if old_len > line_len {
+                rustix::fs::ftruncate(fd, line_len as u64)
+            } else {
+                // Nothing after the line: the file was no longer.
+                Ok(())
             }
         });
         if let Err(errno) = result {
@@ -392,6 +539,11 @@ impl ChildRecord {
         }
     }
 }
+
+/// Spaces to pad a record with, from the child, which may not allocate.
+static SPACES: [u8; 4096] = [b' '; 4096];
+/// Enough for any record a reader accepts (64 KiB).
+const PAD_SLICES: usize = 17;
 
 /// Said after a failed record write, by parent and child alike.
 pub const RECORD_FAILED_SUFFIX: &str =
@@ -521,5 +673,128 @@ mod tests {
         let kept = recordable_command(&argv);
         assert!(kept.iter().map(String::len).sum::<usize>() < 20 * 1024);
         assert!(kept.last().unwrap().contains("more arguments"));
+    }
+
+    #[test]
+    fn the_caps_count_bytes_as_written_in_json() {
+        // Control characters take six bytes each in JSON.
+        let argv: Vec<std::ffi::OsString> = (0..20).map(|_| "\u{1}".repeat(1024).into()).collect();
+        let record = Record {
+            lockrun: FORMAT,
+            command: Some(recordable_command(&argv)),
+            cwd: Some(cut_json(&"\u{1}".repeat(4000), MAX_CWD_JSON)),
+            ..Record::default()
+        };
+        let line = record.to_line();
+        assert!(line.len() < 24 * 1024, "{} bytes", line.len());
+        assert_eq!(Record::parse(&line), Some(record.clone()));
+        let cwd = record.cwd.unwrap();
+        assert!(json_len(&cwd) <= MAX_CWD_JSON && cwd.ends_with(CUT));
+        assert_eq!(cut_json("short", 10), "short");
+        assert_eq!(cut_json("abcdefghij", 6), "abc…");
+    }
+
+    fn content(file: &std::fs::File) -> Vec<u8> {
+        let mut buf = vec![0; 100_000];
+        let n = file.read_at(&mut buf, 0).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn a_shorter_record_is_padded_so_that_every_state_parses() {
+        let long = Record {
+            lockrun: FORMAT,
+            command: Some(vec!["x".repeat(500)]),
+            ..Record::default()
+        };
+        let short = Record {
+            lockrun: FORMAT,
+            pid: Some(7),
+            ..Record::default()
+        };
+        // What a kill between the write and the truncate leaves.
+        let line = short.to_line();
+        let halfway = padded(&line, long.to_line().len() as u64);
+        assert_eq!(halfway.len(), long.to_line().len());
+        assert!(halfway.ends_with(b" \n"));
+        assert_eq!(Record::parse(&halfway), Some(short.clone()));
+        // And the whole write ends with the line alone.
+        let file = tempfile::tempfile().unwrap();
+        write(&file, &long.to_line(), None).unwrap();
+        write(&file, &line, None).unwrap();
+        assert_eq!(content(&file), line);
+    }
+
+    #[test]
+    fn the_child_pads_too() {
+        let record = Record {
+            lockrun: FORMAT,
+            host: Some("h".into()),
+            ..Record::default()
+        };
+        let child = ChildRecord::new(&record, "/x");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        let old = format!("{{\"lockrun\":1,\"cwd\":\"{}\"}}\n", "y".repeat(9000));
+        std::fs::write(&path, &old).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        use std::os::fd::AsFd;
+        child.write_from_child(file.as_fd());
+        let written = Record::parse(&content(&file)).unwrap();
+        assert_eq!(written.host.as_deref(), Some("h"));
+        assert!(written.pid.is_some());
+        assert!(content(&file).len() < 1000, "not truncated");
+    }
+
+    #[test]
+    fn the_release_is_written_only_over_our_own_record() {
+        let ours = Record {
+            lockrun: FORMAT,
+            pid: Some(10),
+            lockrun_pid: Some(9),
+            acquired_at: Some("2026-11-29T02:00:03.120Z".into()),
+            ..Record::default()
+        };
+        let line = ours.to_line();
+        assert!(holds_our_record(&line, &ours));
+        assert!(holds_our_record(&padded(&line, 900), &ours));
+        let mut appended = line.clone();
+        appended.extend_from_slice(b"line 1\n");
+        assert!(!holds_our_record(&appended, &ours));
+        assert!(!holds_our_record(b"4242\n", &ours));
+        assert!(!holds_our_record(b"", &ours));
+        // The same record with other spacing was not written by us.
+        let respaced = String::from_utf8(line.clone()).unwrap().replace(':', ": ");
+        assert!(!holds_our_record(respaced.as_bytes(), &ours));
+        let someone_elses = Record {
+            lockrun_pid: Some(8),
+            ..ours.clone()
+        };
+        assert!(!holds_our_record(&someone_elses.to_line(), &ours));
+
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let released = Record {
+            released_at: Some("2026-11-29T02:00:04.120Z".into()),
+            ..ours.clone()
+        };
+        std::fs::write(file.path(), b"4242\n").unwrap();
+        let handle = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(file.path())
+            .unwrap();
+        assert!(matches!(
+            write_release(&handle, &released).unwrap(),
+            Release::LeftAlone(_)
+        ));
+        assert_eq!(content(&handle), b"4242\n");
+        std::fs::write(file.path(), &line).unwrap();
+        assert_eq!(write_release(&handle, &released).unwrap(), Release::Written);
+        assert_eq!(content(&handle), released.to_line());
     }
 }

@@ -2,7 +2,7 @@
 //! "ago" durations, every string from a lock file or /proc escaped.
 
 use crate::display::{self, escape};
-use crate::inspect::{Holder, Report, State};
+use crate::inspect::{Holder, Report, Span, State};
 use crate::record::Record;
 use std::fmt::Write;
 
@@ -88,7 +88,10 @@ fn held(report: &Report, path: &str) -> String {
     let mut text = match report.holders.as_slice() {
         [] if report.etcd.is_some() => format!("{path}: held ({mode}) by an etcd client"),
         [] if report.postgres.is_some() => format!("{path}: held ({mode}) by a PostgreSQL session"),
-        [] => format!("{path}: held ({mode}) by a process this PID namespace cannot see"),
+        [] => format!(
+            "{path}: held ({mode}) by a process lockrun cannot see from here \
+             (outside this PID namespace, or another user's without root)"
+        ),
         [only] => format!("{path}: held ({mode}) by {}", process(only)),
         // One exclusive lock, its descriptor inherited by several processes.
         [first, rest @ ..] if mode == "exclusive" => {
@@ -111,13 +114,23 @@ fn held(report: &Report, path: &str) -> String {
     };
     match &report.record {
         None => text.push_str("\n  (no lockrun record)"),
-        Some(record) if !record.is_released() => {
-            let _ = write!(
-                text,
-                "\n  (the record names {}, which does not hold it now)",
-                who(record)
-            );
-        }
+        Some(record) if !record.is_released() => match report.record_holder_alive {
+            None => {
+                let _ = write!(
+                    text,
+                    "\n  (the record names {}, which cannot be checked from here{})",
+                    who(record),
+                    why_unchecked(record)
+                );
+            }
+            Some(_) => {
+                let _ = write!(
+                    text,
+                    "\n  (the record names {}, which does not hold it now)",
+                    who(record)
+                );
+            }
+        },
         Some(_) => {}
     }
     etcd_key(report, &mut text);
@@ -221,7 +234,13 @@ fn free(report: &Report, path: &str) -> String {
         match report.record_holder_alive {
             Some(false) => text.push_str(", which crashed or was killed without releasing it"),
             Some(true) => text.push_str(", which is still running but no longer holds the lock"),
-            None => text.push_str(", which lockrun cannot check from here"),
+            None => {
+                let _ = write!(
+                    text,
+                    ", which lockrun cannot check from here{}",
+                    why_unchecked(record)
+                );
+            }
         }
     }
     text
@@ -242,13 +261,50 @@ fn who(record: &Record) -> String {
     text
 }
 
+/// Why a recorded pid cannot be looked up here, when the record says.
+fn why_unchecked(record: &Record) -> &'static str {
+    if record
+        .host
+        .as_deref()
+        .is_some_and(|h| Some(h) != crate::identity::host_name())
+    {
+        ": it ran on another host"
+    } else if record.pid_ns.is_some() && record.pid_ns != crate::identity::pid_namespace() {
+        ": its pid is counted in another PID namespace"
+    } else {
+        ""
+    }
+}
+
+/// `, POSIX lock on bytes 0-4` for a byte-range lock; nothing for flock(2),
+/// which is always the whole file and what lockrun takes.
+fn span(span: Option<&Span>) -> String {
+    let Some(span) = span.filter(|s| s.kind != "flock") else {
+        return String::new();
+    };
+    let kind = match span.kind {
+        "ofd" => "OFD",
+        "posix" => "POSIX",
+        other => other,
+    };
+    match (span.start, span.end) {
+        (0, None) => format!(", {kind} lock on the whole file"),
+        (start, None) => format!(", {kind} lock on bytes {start} to the end of the file"),
+        (start, Some(end)) => format!(", {kind} lock on bytes {start}-{end}"),
+    }
+}
+
 fn process(holder: &Holder) -> String {
     let command = holder
         .command
         .as_deref()
         .map(display::command)
         .unwrap_or_else(|| "?".to_owned());
-    let mut text = format!("pid {} `{command}`", holder.pid);
+    let mut text = format!(
+        "pid {} `{command}`{}",
+        holder.pid,
+        span(holder.span.as_ref())
+    );
     if let Some(caller) = holder.locked_by {
         let _ = write!(
             text,

@@ -14,11 +14,146 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A private etcd, killed (and its data removed) on drop.
-struct Etcd {
+/// Certificates made for one test with the openssl CLI: a CA, a server
+/// certificate for 127.0.0.1, a client certificate whose CN is `app` (etcd
+/// maps it to the user `app`), and a second CA with a client certificate
+/// of its own that the server does not trust.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn make() -> Option<Pki> {
+        if !needs("openssl", "Debian: apt-get install openssl") {
+            return None;
+        }
+        let pki = Pki { dir: temp_dir() };
+        let d = pki.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .expect("run openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(
+            d.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .expect("ext");
+        std::fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (subject, k, pem) = (
+                format!("/CN=lockrun test {ca}"),
+                format!("{ca}.key"),
+                format!("{ca}.pem"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &pem, "-days", "2", "-subj", &subject]);
+            openssl(&args);
+        }
+        for (name, ca, cn, ext) in [
+            ("server", "ca", "etcd server", "server.ext"),
+            ("client", "ca", "app", "client.ext"),
+            ("rogue", "other-ca", "app", "client.ext"),
+        ] {
+            let (k, csr, pem, subject) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("/CN={cn}"),
+            );
+            let mut args = vec!["req"];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &csr, "-subj", &subject]);
+            openssl(&args);
+            let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                ext,
+            ]);
+        }
+        Some(pki)
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+}
+
+/// How a test's etcd is set up.
+#[derive(Default)]
+struct Setup<'a> {
+    tls: Option<&'a Pki>,
+    client_cert_auth: bool,
+    extra: Vec<String>,
+}
+
+/// One etcd member, killed on drop.
+struct Member {
     child: Child,
     endpoint: String,
+    log: std::path::PathBuf,
+    /// To start it again, on the same ports and data.
+    args: Vec<String>,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        kill(self.child.id() as i32, "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A private etcd (one member, or a cluster), with its own data directory.
+struct Etcd {
+    members: Vec<Member>,
+    endpoint: String,
+    scheme: &'static str,
+    /// Variables every lockrun and etcdctl of the test gets (TLS files).
+    env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
+}
+
+fn spawn_etcd(args: &[String], log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("etcd log");
+    Command::new("etcd")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start etcd")
 }
 
 fn free_port() -> u16 {
@@ -31,39 +166,107 @@ fn free_port() -> u16 {
 impl Etcd {
     /// `None` (after a loud skip) when etcd is not installed.
     fn start() -> Option<Etcd> {
+        Etcd::start_with(&Setup::default(), 1)
+    }
+
+    /// `members` members on loopback. A port found free and closed may be
+    /// taken by another test before etcd binds it: then etcd exits saying
+    /// so, and the whole cluster starts again on new ports.
+    fn start_with(setup: &Setup, members: usize) -> Option<Etcd> {
         if !needs("etcd", "Debian: apt-get install etcd-server") {
             return None;
         }
+        for _ in 0..5 {
+            if let Some(etcd) = Etcd::try_start(setup, members) {
+                return Some(etcd);
+            }
+        }
+        panic!("etcd never started: ports taken every time");
+    }
+
+    fn try_start(setup: &Setup, n: usize) -> Option<Etcd> {
         let dir = temp_dir();
-        let (client, peer) = (free_port(), free_port());
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log");
-        let child = Command::new("etcd")
-            .arg("--name=test")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=test={peer_url}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start etcd");
+        let scheme = if setup.tls.is_some() { "https" } else { "http" };
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut env = Vec::new();
+        if let Some(pki) = setup.tls {
+            env.push(("LOCKRUN_ETCD_CACERT".to_owned(), pki.file("ca.pem")));
+            if setup.client_cert_auth {
+                env.push(("LOCKRUN_ETCD_CERT".to_owned(), pki.file("client.pem")));
+                env.push(("LOCKRUN_ETCD_KEY".to_owned(), pki.file("client.key")));
+            }
+        }
+        let mut started = Vec::new();
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let client_url = format!("{scheme}://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = dir.path().join(format!("etcd{i}.log"));
+            let mut args = vec![
+                format!("--name=m{i}"),
+                format!(
+                    "--data-dir={}",
+                    dir.path().join(format!("data{i}")).display()
+                ),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster={cluster}"),
+            ];
+            args.extend(setup.extra.iter().cloned());
+            if let Some(pki) = setup.tls {
+                args.push(format!("--cert-file={}", pki.file("server.pem")));
+                args.push(format!("--key-file={}", pki.file("server.key")));
+                if setup.client_cert_auth {
+                    args.push("--client-cert-auth".into());
+                    args.push(format!("--trusted-ca-file={}", pki.file("ca.pem")));
+                }
+            }
+            started.push(Member {
+                child: spawn_etcd(&args, &log),
+                endpoint: format!("127.0.0.1:{client}"),
+                log,
+                args,
+            });
+        }
         let etcd = Etcd {
-            child,
-            endpoint: format!("127.0.0.1:{client}"),
+            endpoint: started[0].endpoint.clone(),
+            members: started,
+            scheme,
+            env,
             _dir: dir,
         };
-        // Ready when it answers a read: `check` says "free" (1).
-        let url = etcd.url("ready");
-        wait_for("etcd to answer", || {
-            std_lockrun()
-                .args(["check", "-q", &url])
-                .status()
-                .is_ok_and(|s| s.code() == Some(1))
-        });
+        // Ready when every member answers a read: `check` says "free" (1).
+        let deadline = Instant::now() + BOUND;
+        for at in 0..n {
+            let url = format!("etcd://{}/ready", etcd.members[at].endpoint);
+            loop {
+                let mut check = etcd.std_lockrun();
+                if check
+                    .args(["check", "-q", &url])
+                    .status()
+                    .is_ok_and(|s| s.code() == Some(1))
+                {
+                    break;
+                }
+                let member = &etcd.members[at];
+                let log = std::fs::read_to_string(&member.log).unwrap_or_default();
+                if log.contains("address already in use") {
+                    return None;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "etcd did not answer in time:\n{log}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         Some(etcd)
     }
 
@@ -71,18 +274,113 @@ impl Etcd {
         format!("etcd://{}/{name}", self.endpoint)
     }
 
-    fn signal(&self, sig: &str) {
-        kill(self.child.id() as i32, sig);
+    /// A URL naming the members in this order.
+    fn url_via(&self, order: &[usize], name: &str) -> String {
+        let list: Vec<&str> = order
+            .iter()
+            .map(|&i| self.members[i].endpoint.as_str())
+            .collect();
+        format!("etcd://{}/{name}", list.join(","))
     }
-}
 
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn signal(&self, sig: &str) {
+        self.signal_member(0, sig);
+    }
+
+    fn signal_member(&self, at: usize, sig: &str) {
+        kill(self.members[at].child.id() as i32, sig);
+    }
+
+    /// SIGKILL, then the same member again on its ports and data; returns
+    /// once it answers.
+    fn kill_and_restart(&mut self, at: usize) {
+        let member = &mut self.members[at];
+        let _ = member.child.kill();
+        let _ = member.child.wait();
+        member.child = spawn_etcd(&member.args, &member.log);
+        let url = format!("etcd://{}/ready", member.endpoint);
+        wait_for("etcd to answer again", || {
+            self.std_lockrun()
+                .args(["check", "-q", &url])
+                .status()
+                .is_ok_and(|s| s.code() == Some(1))
+        });
+    }
+
+    fn clean(&self, cmd: &mut Command) {
+        for (var, _) in std::env::vars() {
+            if var.starts_with("ETCDCTL_") || var.starts_with("LOCKRUN_ETCD_") {
+                cmd.env_remove(var);
+            }
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+    }
+
+    fn std_lockrun(&self) -> Command {
+        let mut cmd = std_lockrun();
+        self.clean(&mut cmd);
+        cmd
+    }
+
+    fn lockrun(&self) -> assert_cmd::Command {
+        assert_cmd::Command::from_std(self.std_lockrun())
+    }
+
+    /// etcdctl as root (with the TLS files), for setting etcd up.
+    fn etcdctl(&self, args: &[&str]) {
+        self.etcdctl_out(args);
+    }
+
+    fn etcdctl_out(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("etcdctl");
+        self.clean(&mut cmd);
+        cmd.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}://{}", self.scheme, self.endpoint));
+        for (var, flag) in [
+            ("LOCKRUN_ETCD_CACERT", "--cacert"),
+            ("LOCKRUN_ETCD_CERT", "--cert"),
+            ("LOCKRUN_ETCD_KEY", "--key"),
+        ] {
+            if let Some((_, v)) = self.env.iter().find(|(k, _)| k == var) {
+                cmd.arg(format!("{flag}={v}"));
+            }
+        }
+        let out = cmd.args(args).output().expect("run etcdctl");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Users and roles: `root` (password rootpw) and `app` (apppw) with
+    /// read-write on the lock name `job` and everything under it.
+    fn enable_auth(&self) {
+        for args in [
+            &["user", "add", "root:rootpw"][..],
+            &["user", "grant-role", "root", "root"],
+            &["role", "add", "lockers"],
+            &[
+                "role",
+                "grant-permission",
+                "lockers",
+                "--prefix=true",
+                "readwrite",
+                "job",
+            ],
+            &["user", "add", "app:apppw"],
+            &["user", "grant-role", "app", "lockers"],
+            &["auth", "enable"],
+        ] {
+            self.etcdctl(args);
+        }
+    }
+
+    fn etcdctl_as_root(&self, args: &[&str]) {
+        let mut all = vec!["--user=root:rootpw"];
+        all.extend(args);
+        self.etcdctl(&all);
     }
 }
 
@@ -442,4 +740,506 @@ fn etcdctl_lock_and_lockrun_exclude_each_other() {
         .args(["-w", "10", &url, "true"])
         .assert()
         .success();
+}
+
+fn spawn_ready(cmd: Command) -> (Background, Vec<String>) {
+    let bg = Background::spawn(cmd);
+    let words = bg.expect_ready();
+    (bg, words)
+}
+
+/// The first line of a failed lockrun's stderr, checked for its exit.
+fn fails(cmd: &mut assert_cmd::Command, code: i32) -> String {
+    let out = cmd.timeout(BOUND).assert().code(code);
+    String::from_utf8_lossy(&out.get_output().stderr).into_owned()
+}
+
+#[test]
+fn tls_with_a_ca_locks_and_inspects_and_refuses_what_it_cannot_verify() {
+    let Some(pki) = Pki::make() else { return };
+    let Some(etcd) = Etcd::start_with(
+        &Setup {
+            tls: Some(&pki),
+            ..Setup::default()
+        },
+        1,
+    ) else {
+        return;
+    };
+    let url = etcd.url("job");
+    // Through the environment (LOCKRUN_ETCD_CACERT), and with --cacert.
+    let (mut holder, words) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready $$; read x"]);
+        cmd
+    });
+    etcd.lockrun().args(["check", "-q", &url]).assert().code(0);
+    let json = {
+        let out = etcd
+            .std_lockrun()
+            .args(["holder", "--json", &url])
+            .output()
+            .expect("holder");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("holder --json")
+    };
+    assert_eq!(json["record"]["pid"].to_string(), words[0]);
+    let mut busy = etcd.lockrun();
+    busy.env_remove("LOCKRUN_ETCD_CACERT").args([
+        "-n",
+        "--cacert",
+        &pki.file("ca.pem"),
+        &url,
+        "true",
+    ]);
+    fails(&mut busy, 75);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let tls_url = format!("etcd+https://{}/job", etcd.endpoint);
+    etcd.lockrun().args([&tls_url, "true"]).assert().success();
+
+    // Unknown CA: the server's certificate is checked against another one.
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_CACERT", pki.file("other-ca.pem"))
+        .args([&url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        err.contains("not signed by the CA in") && err.contains("other-ca.pem"),
+        "{err}"
+    );
+    assert!(err.contains(&etcd.endpoint), "{err}");
+    // No CA given over TLS: the system's roots do not know this test CA.
+    let mut cmd = etcd.lockrun();
+    cmd.env_remove("LOCKRUN_ETCD_CACERT")
+        .args([&tls_url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        err.contains("not signed by the system's trusted roots"),
+        "{err}"
+    );
+    // Plain HTTP to a TLS port: a clear message, not a hang.
+    let mut cmd = etcd.lockrun();
+    cmd.env_remove("LOCKRUN_ETCD_CACERT").args([&url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        err.contains("etcd+https://") || err.contains("TLS"),
+        "{err}"
+    );
+    // A CA file that is not one.
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_CACERT", pki.file("server.ext"))
+        .args([&url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        err.contains("server.ext") && err.contains("not a PEM file"),
+        "{err}"
+    );
+    // holder/check say "cannot tell" (69), naming why.
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_CACERT", pki.file("other-ca.pem"))
+        .args(["check", &url]);
+    fails(&mut cmd, 69);
+}
+
+#[test]
+fn client_certificates_are_presented_and_a_cn_maps_to_an_etcd_user() {
+    let Some(pki) = Pki::make() else { return };
+    let setup = Setup {
+        tls: Some(&pki),
+        client_cert_auth: true,
+        ..Setup::default()
+    };
+    let Some(etcd) = Etcd::start_with(&setup, 1) else {
+        return;
+    };
+    let url = etcd.url("job");
+    etcd.lockrun().args([&url, "true"]).assert().success();
+    // No client certificate, or one from a CA the server does not trust.
+    let mut cmd = etcd.lockrun();
+    cmd.env_remove("LOCKRUN_ETCD_CERT")
+        .env_remove("LOCKRUN_ETCD_KEY")
+        .args([&url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        err.contains("client certificate") && err.contains(&etcd.endpoint),
+        "{err}"
+    );
+    let mut cmd = etcd.lockrun();
+    cmd.args([
+        "--cert",
+        &pki.file("rogue.pem"),
+        "--key",
+        &pki.file("rogue.key"),
+        &url,
+        "true",
+    ]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        // A TLS alert, or (TLS 1.3, the race of a write with the alert) a
+        // connection closed right after the handshake.
+        err.contains("refused") && err.contains("rogue.pem"),
+        "{err}"
+    );
+    // A key that is not one.
+    let mut cmd = etcd.lockrun();
+    cmd.args(["--key", &pki.file("client.pem"), &url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        err.contains("client.pem") && err.contains("PRIVATE KEY"),
+        "{err}"
+    );
+
+    // With authentication on, the certificate's CN (`app`) is the user:
+    // no password anywhere. This is what etcd's JSON gateway refuses.
+    etcd.enable_auth();
+    let (mut holder, _) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready; read x"]);
+        cmd
+    });
+    etcd.lockrun().args(["check", "-q", &url]).assert().code(0);
+    let out = etcd.lockrun().args(["holder", &url]).assert().success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        text.starts_with(&format!("{url}: held (exclusive) by pid")),
+        "{text}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // A name outside the role's prefix is denied, and said so.
+    let mut cmd = etcd.lockrun();
+    cmd.args([&etcd.url("other"), "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(err.contains("denied"), "{err}");
+}
+
+#[test]
+fn users_and_passwords_work_and_each_refusal_says_why() {
+    let Some(etcd) = Etcd::start() else { return };
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let url = etcd.url("job");
+    let dir = temp_dir();
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, "apppw\n").expect("write password");
+    let pw = password_file.display().to_string();
+
+    // etcd without authentication, given a user.
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_PASSWORD", "apppw")
+        .args(["--user", "app", &url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(err.contains("no authentication enabled"), "{err}");
+
+    etcd.enable_auth();
+    // The password from the environment, from a file, and etcdctl's
+    // variables as they are.
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_PASSWORD", "apppw")
+        .args(["--user", "app", &url, "true"]);
+    cmd.assert().success();
+    let (mut holder, words) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args(["--user", "app", "--password-file", &pw, &url])
+            .args(["sh", "-c", "echo ready $$; read x"]);
+        cmd
+    });
+    let mut check = etcd.lockrun();
+    check
+        .env("ETCDCTL_USER", "app:apppw")
+        .args(["check", "-q", &url]);
+    check.assert().code(0);
+    let out = etcd
+        .std_lockrun()
+        .env("ETCDCTL_USER", "app")
+        .env("ETCDCTL_PASSWORD", "apppw")
+        .args(["holder", "--json", &url])
+        .output()
+        .expect("holder");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["record"]["pid"].to_string(), words[0]);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+
+    // No user at all.
+    let err = fails(etcd.lockrun().args([&url, "true"]), 69);
+    assert!(
+        err.contains("requires authentication") || err.contains("denied"),
+        "{err}"
+    );
+    // A wrong password: named where it came from.
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_PASSWORD", "wrong")
+        .args(["--user", "app", &url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(
+        err.contains("refused user 'app'") && err.contains("LOCKRUN_ETCD_PASSWORD"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("wrong"),
+        "the password itself was printed: {err}"
+    );
+    // A password file that cannot be read.
+    let mut cmd = etcd.lockrun();
+    cmd.args([
+        "--user",
+        "app",
+        "--password-file",
+        "/nonexistent/pw",
+        &url,
+        "true",
+    ]);
+    let err = fails(&mut cmd, 69);
+    assert!(err.contains("/nonexistent/pw"), "{err}");
+    // Never a password on the command line.
+    fails(
+        etcd.lockrun().args(["--user", "app:apppw", &url, "true"]),
+        64,
+    );
+    // A user whose role was revoked, then a deleted user.
+    etcd.etcdctl_as_root(&["user", "revoke-role", "app", "lockers"]);
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_PASSWORD", "apppw")
+        .args(["--user", "app", &url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(err.contains("denied user 'app'"), "{err}");
+    etcd.etcdctl_as_root(&["user", "delete", "app"]);
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_PASSWORD", "apppw")
+        .args(["--user", "app", &url, "true"]);
+    let err = fails(&mut cmd, 69);
+    assert!(err.contains("refused user 'app'"), "{err}");
+}
+
+#[test]
+fn an_expired_auth_token_is_renewed_while_the_lock_is_held() {
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let setup = Setup {
+        extra: vec!["--auth-token-ttl=1".into()],
+        ..Setup::default()
+    };
+    let Some(etcd) = Etcd::start_with(&setup, 1) else {
+        return;
+    };
+    etcd.enable_auth();
+    let url = etcd.url("job");
+    // Tokens live 1s after their last use; renewal rounds come every 2s
+    // (TTL/3), so every round, and the release, finds its token expired.
+    let mut cmd = etcd.lockrun();
+    cmd.env("LOCKRUN_ETCD_PASSWORD", "apppw")
+        .args(["--user", "app", "--ttl", "6s", &url, "sleep", "4.5"]);
+    cmd.assert().success().stderr("");
+    // Released at once (the lease revoked with a renewed token), with the
+    // last holder's record written.
+    let mut check = etcd.lockrun();
+    check
+        .env("ETCDCTL_USER", "app:apppw")
+        .args(["check", "-q", &url]);
+    check.assert().code(1);
+    let out = etcd
+        .std_lockrun()
+        .env("ETCDCTL_USER", "app:apppw")
+        .args(["holder", "--json", &url])
+        .output()
+        .expect("holder");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["record"]["exit"]["code"], 0, "{json}");
+}
+
+fn holder_json_with(etcd: &Etcd, url: &str) -> serde_json::Value {
+    let out = etcd
+        .std_lockrun()
+        .args(["holder", "--json", url])
+        .output()
+        .expect("run holder");
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// A 3-member cluster; lockrun holds the lock through member 0 and a
+/// waiter queues through member 2; then member 0 is stopped (`STOP`) or
+/// killed (`KILL`). The holder keeps its lease through another member for
+/// longer than its TTL, its command is never stopped, and on release the
+/// waiter gets the lock with a larger fencing token.
+fn cluster_member_failure(signal: &str) {
+    let Some(etcd) = Etcd::start_with(&Setup::default(), 3) else {
+        return;
+    };
+    let via_0 = etcd.url_via(&[0, 1, 2], "job");
+    let via_2 = etcd.url_via(&[2, 1], "job");
+    let via_1 = etcd.url_via(&[1], "job");
+    let (mut holder, words) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([
+            "--ttl",
+            "4s",
+            &via_0,
+            "sh",
+            "-c",
+            "echo ready $LOCKRUN_FENCING_TOKEN; read x; echo done",
+        ])
+        .stderr(Stdio::piped());
+        cmd
+    });
+    let first: i64 = words[0].parse().expect("token");
+    let mut waiter = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([
+            "--ttl",
+            "4s",
+            "-w",
+            "60",
+            &via_2,
+            "sh",
+            "-c",
+            "echo got $LOCKRUN_FENCING_TOKEN",
+        ]);
+        cmd
+    });
+    wait_for("the waiter to queue", || {
+        holder_json_with(&etcd, &via_1)["waiting"] == 1
+    });
+    etcd.signal_member(0, signal);
+    // Over two TTLs: without a renewal through another member, etcd would
+    // have expired the lease and handed the lock to the waiter.
+    let until = Instant::now() + Duration::from_secs(9);
+    while Instant::now() < until {
+        let json = holder_json_with(&etcd, &via_1);
+        if json["state"] == "held" {
+            assert_eq!(json["etcd"]["fencing_token"], first, "{json}");
+        }
+        assert!(
+            !holder.has_exited(),
+            "the holder stopped: {}",
+            stderr_of(&mut holder)
+        );
+        assert!(
+            !waiter.has_exited(),
+            "the waiter ended while the lock was held"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        holder_json_with(&etcd, &via_1)["etcd"]["fencing_token"],
+        first
+    );
+    holder.release();
+    assert_eq!(holder.line(BOUND).as_deref(), Some("done"));
+    let status = holder.wait_exit(BOUND);
+    assert!(status.success(), "{status:?}: {}", stderr_of(&mut holder));
+    let got = waiter.line(BOUND).expect("the waiter never got the lock");
+    let next: i64 = got
+        .strip_prefix("got ")
+        .expect("got TOKEN")
+        .parse()
+        .expect("token");
+    assert!(
+        next > first,
+        "fencing tokens must grow: {first} then {next}"
+    );
+    assert!(waiter.wait_exit(BOUND).success());
+}
+
+#[test]
+fn a_stopped_member_does_not_stop_the_holder_and_a_waiter_elsewhere_gets_the_lock_next() {
+    cluster_member_failure("STOP");
+}
+
+#[test]
+fn a_killed_member_does_not_stop_the_holder_and_a_waiter_elsewhere_gets_the_lock_next() {
+    cluster_member_failure("KILL");
+}
+
+#[test]
+fn a_waiter_keeps_its_place_through_an_etcd_restart() {
+    let Some(mut etcd) = Etcd::start() else {
+        return;
+    };
+    let url = etcd.url("job");
+    let (mut holder, _) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready; read x"]);
+        cmd
+    });
+    let mut waiter = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args(["-w", "60", &url, "echo", "ran"])
+            .stderr(Stdio::piped());
+        cmd
+    });
+    wait_for("the waiter to queue", || waiting_count(&url) == Some(1));
+    // etcd restores every lease with a fresh TTL when it comes back: a
+    // waiter that gave up during the outage would leave its key holding
+    // the lock with nobody running.
+    etcd.kill_and_restart(0);
+    assert!(
+        !waiter.has_exited(),
+        "the waiter left during the outage: {}",
+        stderr_of(&mut waiter)
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert_eq!(
+        waiter.line(BOUND).as_deref(),
+        Some("ran"),
+        "{}",
+        stderr_of(&mut waiter)
+    );
+    assert!(waiter.wait_exit(BOUND).success());
+    assert_eq!(waiting_count(&url), Some(0));
+}
+
+/// What a waiter that left during an outage (or was killed while queued)
+/// leaves behind: its key, on a live lease, with a record that has no
+/// command pid and names a lockrun that is gone.
+#[test]
+fn a_key_whose_lockrun_is_gone_is_never_reported_as_held_by_pid_0() {
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("job");
+    etcd.lockrun().args([&url, "true"]).assert().success();
+    // The last holder's record (written by this host), turned into a
+    // queued lockrun's: no command pid yet, a lockrun pid that is gone.
+    let last = etcd.etcdctl_out(&["get", "job", "--print-value-only"]);
+    let mut record: serde_json::Value = serde_json::from_str(last.trim()).expect("record");
+    let mut gone = Command::new("true").spawn().expect("spawn true");
+    let gone_pid = gone.id();
+    gone.wait().expect("reap true");
+    for field in ["pid", "pid_start", "exit", "released_at"] {
+        record.as_object_mut().expect("object").remove(field);
+    }
+    record["lockrun_pid"] = gone_pid.into();
+    let granted = etcd.etcdctl_out(&["lease", "grant", "60"]);
+    let lease = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("lease id")
+        .to_owned();
+    etcd.etcdctl(&[
+        "put",
+        &format!("--lease={lease}"),
+        &format!("job/{lease}"),
+        &record.to_string(),
+    ]);
+
+    let text = holder_text_with(&etcd, &url);
+    assert!(text.starts_with(&format!("{url}: held")), "{text}");
+    assert!(!text.contains("pid 0"), "{text}");
+    let json = holder_json_with(&etcd, &url);
+    assert_eq!(json["record_holder_alive"], false, "{json}");
+    assert_eq!(json["holders"], serde_json::json!([]), "{json}");
+    etcd.lockrun().args(["check", "-q", &url]).assert().code(0);
+}
+
+fn holder_text_with(etcd: &Etcd, url: &str) -> String {
+    let out = etcd
+        .std_lockrun()
+        .args(["holder", url])
+        .output()
+        .expect("run holder");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

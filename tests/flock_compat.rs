@@ -822,3 +822,175 @@ spelling_tests! {
     option_verbose => reports_verbosely(&["--verbose"]);
     option_double_dash_ends_the_options => gives_up_when_held(&["-n", "--"]);
 }
+
+// ---------------------------------------------------------------------------
+// getopt's rules (issue 19 item 1): an option given again overrides the
+// earlier one, as an alias or wrapper that prepends options needs.
+
+#[test]
+fn repeated_options_the_last_one_wins() {
+    let expected = "ee=9\nnn=conflict\nww=conflict\nsx=conflict\nxs=0\nux=conflict\n";
+    compare(
+        "-E 1 -E 9, -n -n, -w 1 -w 0, -s -x, -x -s",
+        expected,
+        |tool| {
+            let run = Run::new(tool);
+            run.sh(r#"
+            "$T" $NR -s "$F" sh -c '
+              . "$LIB"
+              "$T" $NR -E 1 -E 9 -x -n "$F" true; echo "ee=$?"
+              "$T" $NR -n -n "$F" true; echo "nn=$(st $?)"
+              "$T" $NR -w 1 -w 0 "$F" true; echo "ww=$(st $?)"
+              "$T" $NR -s -x -n "$F" true; echo "sx=$(st $?)"
+              "$T" $NR -x -s -n "$F" true; echo "xs=$?"
+              "$T" $NR -u -x -n "$F" true; echo "ux=$(st $?)"'
+            "#)
+        },
+    );
+}
+
+/// `-u FILE COMMAND`: flock(1) "unlocks" a descriptor it has just opened,
+/// which holds nothing, and runs the command, even while another holds
+/// the lock.
+#[test]
+fn unlock_with_a_file_and_a_command_runs_the_command_holding_nothing() {
+    compare("-u FILE COMMAND", "ran\nu=0\nprobe=0\n", |tool| {
+        let run = Run::new(tool);
+        run.sh(r#"
+            "$T" $NR "$F" sh -c '"$T" -u "$F" echo ran; echo "u=$?"'
+            "$T" -u "$F" sh -c '. "$LIB"; probe "$F"'
+            "#)
+    });
+}
+
+/// 0666 minus the umask, as flock(1) and touch(1) create files: a group
+/// sharing a lock directory (umask 002) can open the file for writing.
+#[test]
+fn the_lock_file_is_created_0666_minus_the_umask() {
+    compare("umask 002; create", "664\n600\n", |tool| {
+        let run = Run::new(tool);
+        run.sh(r#"
+            (umask 002; "$T" $NR "$F" true); stat -c %a "$F"
+            (umask 077; "$T" $NR "$F.2" true); stat -c %a "$F.2"
+            "#)
+    });
+}
+
+// ---------------------------------------------------------------------------
+// lockrun invoked as `flock` (issue 19 item 5): flock(1)'s statuses and
+// output, compared byte for byte with /usr/bin/flock.
+
+/// Runs SCRIPT with `$T` a link named `flock` to lockrun, and (where
+/// installed) with /usr/bin/flock itself; both must print exactly the same
+/// (stdout and stderr, with times normalised).
+fn compare_as_flock(what: &str, script: &str) {
+    let run = |flock: &Path| -> String {
+        let dir = temp_dir();
+        let mut cmd = Command::new("timeout");
+        cmd.args(["20", "sh", "-c", &format!("exec 2>&1\n{script}")])
+            .current_dir(dir.path())
+            .env("T", flock)
+            .env("F", dir.path().join("test.lock"))
+            .env("SHELL", "/bin/sh");
+        let out = cmd.output().expect("run the scenario");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        // `getting lock took 0.000004 seconds`
+        let mut normal = String::new();
+        for line in text.lines() {
+            match line.split_once(" took ") {
+                Some((head, _)) if head.ends_with("getting lock") => {
+                    normal += &format!("{head} took N seconds\n")
+                }
+                _ => normal += &format!("{line}\n"),
+            }
+        }
+        normal.replace(&dir.path().display().to_string(), "$W")
+    };
+    let links = temp_dir();
+    let link = links.path().join("flock");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let ours = run(&link);
+    if Path::new(FLOCK).exists() {
+        let theirs = run(Path::new(FLOCK));
+        assert_eq!(
+            ours, theirs,
+            "{what}: lockrun as flock differs from {FLOCK}"
+        );
+    } else {
+        skip(&format!("{FLOCK} is not installed: `{what}` not compared"));
+    }
+}
+
+#[test]
+fn as_flock_a_conflict_is_status_1_and_silent() {
+    compare_as_flock(
+        "conflict",
+        r#"
+        "$T" "$F" sh -c '
+          "$T" -n "$F" echo never; echo "n=$?"
+          "$T" -w 0.05 "$F" echo never; echo "w=$?"
+          "$T" -n -E 7 "$F" echo never; echo "E=$?"
+          exec 9>>"$F"; "$T" -n 9; echo "fd=$?"'
+        "#,
+    );
+}
+
+#[test]
+fn as_flock_verbose_prints_flocks_lines() {
+    compare_as_flock(
+        "--verbose",
+        r#"
+        "$T" --verbose "$F" echo ran; echo "ok=$?"
+        "$T" "$F" sh -c '
+          "$T" --verbose -n "$F" true; echo "n=$?"
+          "$T" --verbose -w 0.05 "$F" true; echo "w=$?"'
+        exec 9>>"$F"; "$T" --verbose 9; echo "fd=$?"
+        "#,
+    );
+}
+
+#[test]
+fn as_flock_exit_statuses_are_flocks() {
+    compare_as_flock(
+        "exit statuses",
+        r#"
+        "$T" "$F" sh -c 'exit 3'; echo "exit=$?"
+        "$T" "$F" sh -c 'kill -TERM $$'; echo "signal=$?"
+        "$T" "$F" /no/such/command 2>/dev/null; echo "not found=$?"
+        "$T" 9 2>/dev/null; echo "closed fd=$?"
+        "$T" "$F" 2>/dev/null; echo "no command=$?"
+        "$T" -F -o "$F" true 2>/dev/null; echo "-F -o=$?"
+        "$T" -o 9 9>>"$F"; echo "fd form -o=$?"
+        "$T" -F 9 9>>"$F"; echo "fd form -F=$?"
+        "#,
+    );
+}
+
+/// No subcommands under the name flock: `flock holder x` locks a file
+/// named holder.
+#[test]
+fn as_flock_holder_and_check_are_file_names() {
+    compare_as_flock(
+        "no subcommands",
+        r#"
+        cd "$(dirname "$F")"
+        "$T" holder echo one; echo "holder=$?"
+        "$T" check echo two; echo "check=$?"
+        ls holder check
+        "#,
+    );
+}
+
+/// Under the name flock lockrun still writes its record.
+#[test]
+fn as_flock_the_record_is_still_written() {
+    let dir = temp_dir();
+    let link = dir.path().join("flock");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let lock = lock_in(&dir);
+    let status = Command::new(&link).arg(&lock).arg("true").status().unwrap();
+    assert!(status.success());
+    let record = record_json(&lock);
+    assert_eq!(record["command"], serde_json::json!(["true"]));
+    assert_eq!(record["exit"], serde_json::json!({"code": 0}));
+}

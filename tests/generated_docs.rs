@@ -30,3 +30,66 @@ fn completions_and_man_pages_are_up_to_date() {
         stale.join("\n")
     );
 }
+
+/// `lockrun --generate KIND` prints the man page and completions of the
+/// binary as built: for the default build, exactly the committed files.
+#[test]
+fn generate_prints_the_man_page_and_completions_of_this_build() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let etcd = lockrun::etcd::ENABLED;
+    let mut expected: Vec<(&str, String, Vec<u8>)> = Vec::new();
+    let man = lockrun::generate::man_pages(etcd).remove(0);
+    expected.push(("man", man.0, man.1.into_bytes()));
+    for (shell, kind) in generated_docs::SHELLS {
+        expected.push((
+            kind,
+            generated_docs::completion_path(shell),
+            generated_docs::completion(shell, etcd),
+        ));
+    }
+    for (kind, path, contents) in expected {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockrun"))
+            .args(["--generate", kind])
+            .output()
+            .expect("run lockrun");
+        assert!(out.status.success(), "--generate {kind}: {out:?}");
+        assert!(
+            out.stdout == contents,
+            "--generate {kind} differs from what this build generates"
+        );
+        if !etcd {
+            let file = std::fs::read(root.join(&path)).expect("read the committed file");
+            assert!(out.stdout == file, "--generate {kind} differs from {path}");
+        }
+    }
+}
+
+/// A build without lock URLs does not advertise them.
+#[test]
+fn the_default_builds_docs_name_no_lock_urls() {
+    let files = generated_docs::generate();
+    for (path, contents) in &files {
+        let text = String::from_utf8_lossy(contents);
+        // Not --kill-grace: it goes with --max-time on lock files too.
+        for word in ["etcd", "ttl", "FENCING"] {
+            assert!(!text.contains(word), "{path} mentions {word}");
+        }
+    }
+    let mut help = lockrun::cli::command_for(false);
+    let mut helps = vec![help.render_long_help().to_string()];
+    if !lockrun::etcd::ENABLED {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockrun"))
+            .arg("--help")
+            .output()
+            .expect("run lockrun");
+        helps.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    for help in helps {
+        for word in ["etcd", "--ttl"] {
+            assert!(
+                !help.contains(word),
+                "--help of the default build mentions {word}"
+            );
+        }
+    }
+}

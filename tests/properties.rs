@@ -2,14 +2,16 @@
 //! never panics, human output never carries a raw control character, and
 //! JSON output always parses (issue: hostile paths and bad input).
 
-use lockrun::inspect::{EtcdLock, Holder, Report, State};
+use lockrun::inspect::{EtcdLock, Holder, Report, Span, State};
 use lockrun::record::{Exit, Record};
 use proptest::prelude::*;
 
 fn any_text() -> impl Strategy<Value = String> {
     // Heavy on control characters and escapes, with anything else mixed in.
     prop_oneof![
-        proptest::string::string_regex("[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}a-z \\[;\\]\\\\\"']{0,40}")
+        proptest::string::string_regex(
+            "[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{61c}\\u{200b}-\\u{200f}\\u{202a}-\\u{202e}\\u{2060}-\\u{2064}\\u{2066}-\\u{2069}\\u{feff}\\u{e0000}-\\u{e007f}a-z \\[;\\]\\\\\"']{0,40}"
+        )
             .unwrap(),
         any::<String>(),
     ]
@@ -82,6 +84,11 @@ fn any_report() -> impl Strategy<Value = Report> {
                 any::<i32>(),
                 proptest::option::of(proptest::collection::vec(any_text(), 0..3)),
                 any::<Option<i32>>(),
+                proptest::option::of((
+                    prop_oneof![Just("flock"), Just("ofd"), Just("posix")],
+                    any::<u64>(),
+                    any::<Option<u64>>(),
+                )),
             ),
             0..3,
         ),
@@ -99,11 +106,12 @@ fn any_report() -> impl Strategy<Value = Report> {
                     state,
                     holders: holders
                         .into_iter()
-                        .map(|(pid, command, locked_by)| Holder {
+                        .map(|(pid, command, locked_by, span)| Holder {
                             pid,
                             mode: "exclusive",
                             command,
                             locked_by,
+                            span: span.map(|(kind, start, end)| Span { kind, start, end }),
                         })
                         .collect(),
                     record,
@@ -146,12 +154,18 @@ proptest! {
     fn human_output_has_no_raw_control_characters(report in any_report()) {
         let text = lockrun::report::human(&report);
         prop_assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{:?}", text);
+        // Nor anything that reorders or hides text (CONTRACT §6).
+        prop_assert!(!text.chars().any(|c| matches!(c,
+            '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}'
+            | '\u{e0000}'..='\u{e007f}')), "{:?}", text);
     }
 
     #[test]
     fn json_output_keeps_its_documented_schema(report in any_report()) {
-        let json = serde_json::to_string(&report).unwrap();
+        let json = lockrun::sanitize::json(&report).unwrap();
         prop_assert!(!json.contains('\n'), "one line per path");
+        prop_assert!(!json.chars().any(char::is_control), "raw DEL or C1: {:?}", json);
         let back: serde_json::Value = serde_json::from_str(&json).unwrap();
         prop_assert!(["held", "free", "unknown"].contains(&back["state"].as_str().unwrap()));
         prop_assert_eq!(&back["path"], &serde_json::json!(report.path));
@@ -159,6 +173,10 @@ proptest! {
         for holder in back["holders"].as_array().unwrap() {
             prop_assert!(holder["pid"].is_i64() && holder["mode"].is_string());
             prop_assert!(holder.get("command").is_some());
+            // A file lock's kind and range, or none of them (a lock URL).
+            let spanned = holder.get("kind").is_some();
+            prop_assert_eq!(holder.get("start").is_some(), spanned);
+            prop_assert_eq!(holder.get("end").is_some(), spanned);
         }
         prop_assert_eq!(back["record"].is_null(), report.record.is_none());
         prop_assert!(back["record_holder_alive"].is_boolean() || back["record_holder_alive"].is_null());

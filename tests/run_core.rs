@@ -348,15 +348,15 @@ fn usage_errors_exit_64_with_a_lockrun_prefix() {
         ),
         (&["-E", "300", lock, "true"], "300"),
         (&["-F", "-o", lock, "true"], "cannot be used with"),
-        (
-            &["-u", lock, "true"],
-            "-u/--unlock works only on a descriptor",
-        ),
+        (&["--poll", "0", lock, "true"], "at least 1ms"),
+        (&["--length", "1Q", lock, "true"], "is not a size"),
+        (&["--start", "-5", lock, "true"], "--start"),
+        (&["--fd", "3"], "command to run is required"),
+        (&["--fd", "-3", "true"], "--fd"),
         (
             &[lock, "-c", "echo", "extra"],
             "-c takes exactly one argument",
         ),
-        (&["-s", "-x", lock, "true"], "cannot be used with"),
     ];
     for (args, needle) in cases {
         lockrun()

@@ -1,7 +1,7 @@
 //! Linux: /proc tells who holds a lock and whether a process is still the
 //! one a record names.
 
-use super::{FdHolder, KernelLock, ProcessState};
+use super::{FdHolder, KernelLock, LockId, LockKind, LockSpan, ProcessState};
 use crate::lock::LockMode;
 use std::fs;
 use std::io;
@@ -147,41 +147,148 @@ pub fn pid_namespace() -> Option<u64> {
     inode.parse().ok()
 }
 
-/// The flock(2) locks the kernel lists for one file, from /proc/locks.
+/// Where the kernel's lock lists place the file open as `file`: the
+/// device of the mount's super block (from /proc/self/mountinfo, found by
+/// the descriptor's mount id) and the inode number fdinfo gives. These are
+/// what /proc/locks prints, where stat() can differ: on btrfs every
+/// subvolume stats with an anonymous device of its own, and an overlay can
+/// report a layer's. Bind mounts share the super block, so they agree.
+pub fn lock_id(file: &fs::File) -> Option<LockId> {
+    use std::os::fd::AsRawFd;
+    let info = fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd())).ok()?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+    };
+    let mount = field("mnt_id:")?;
+    // `ino:` is in fdinfo since Linux 5.14; before, stat's is the kernel's.
+    let ino = match field("ino:") {
+        Some(ino) => ino,
+        None => file.metadata().ok()?.ino(),
+    };
+    let mounts = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (major, minor) = mounts.lines().find_map(|line| {
+        // `36 35 98:0 /mnt1 /mnt2 rw …`: mount id, parent id, MAJ:MIN.
+        let mut words = line.split(' ');
+        if words.next()?.parse::<u64>().ok()? != mount {
+            return None;
+        }
+        let _parent = words.next()?;
+        let (major, minor) = words.next()?.split_once(':')?;
+        Some((major.parse().ok()?, minor.parse().ok()?))
+    })?;
+    Some(LockId { major, minor, ino })
+}
+
+/// [`lock_id`] for a path: opened O_PATH (no read permission needed, no
+/// FIFO or device opened for real) and checked to be the file `dev` and
+/// `ino` name; stat()'s id when /proc cannot say better.
+pub fn lock_id_at(path: &Path, dev: u64, ino: u64) -> LockId {
+    use rustix::fs::{Mode, OFlags};
+    let opened = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+        .map(fs::File::from)
+        .ok()
+        .filter(|file| {
+            file.metadata()
+                .is_ok_and(|meta| meta.dev() == dev && meta.ino() == ino)
+        });
+    opened
+        .and_then(|file| lock_id(&file))
+        .unwrap_or_else(|| stat_lock_id(dev, ino))
+}
+
+/// The lock id stat() gives: right on most file systems, and the fallback
+/// when /proc cannot say better.
+pub fn stat_lock_id(dev: u64, ino: u64) -> LockId {
+    LockId {
+        major: major(dev),
+        minor: minor(dev),
+        ino,
+    }
+}
+
+/// The kernel's locks on one file, and how the table was read.
+#[derive(Debug, Default)]
+pub struct LockTable {
+    pub locks: Vec<KernelLock>,
+    /// Every reading of the table took more than one read(2): entries can
+    /// have shifted between them, so a lock missing from it may still be
+    /// held.
+    pub torn: bool,
+}
+
+/// The locks the kernel lists for one file, from /proc/locks.
 ///
-/// The kernel writes the table a page per read(2), and resumes the next
-/// read by position: when locks ahead of that position go away in between,
-/// entries shift and one can be skipped. A held lock reported as free is
-/// the one error `holder` must not make, so a table longer than a page that
-/// shows no holder is read again (a lock that is really held shows up in
-/// one of the readings unless every one of them skips it).
-pub fn kernel_locks(dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
-    const ONE_PAGE: usize = 4096;
-    let mut locks = Vec::new();
+/// One read(2) of /proc/locks is consistent: the kernel holds its lock
+/// lists still while it fills it. But it never returns more than a page
+/// (4 KiB), whatever the buffer, and the next read resumes by position:
+/// when locks ahead of that position go away in between, entries shift and
+/// one can be skipped. A table longer than a page that shows no holder is
+/// therefore read again, and the caller is told (`torn`) so that it can
+/// ask the descriptors themselves before it answers "free".
+pub fn kernel_locks(id: LockId) -> io::Result<LockTable> {
+    let mut table = LockTable::default();
+    let mut buf = Vec::new();
     for _ in 0..3 {
-        let table = fs::read_to_string("/proc/locks")?;
-        locks = table
+        let reads = read_whole("/proc/locks", &mut buf)?;
+        let text = String::from_utf8_lossy(&buf);
+        table.locks = text
             .lines()
             .filter_map(parse_lock_line)
-            .filter(|l| l.dev_major == major(dev) && l.dev_minor == minor(dev) && l.ino == ino)
-            .map(|l| KernelLock {
-                pid: l.pid,
-                mode: l.mode,
-                waiting: l.waiting,
-            })
+            .filter(|l| l.id == id)
+            .map(|l| l.lock)
             .collect();
-        if table.len() < ONE_PAGE || locks.iter().any(|l: &KernelLock| !l.waiting) {
+        table.torn = reads > 1;
+        if !table.torn || table.locks.iter().any(|l| !l.waiting) {
             break;
         }
     }
-    Ok(locks)
+    Ok(table)
 }
 
-/// The processes that really hold the lock: those with a descriptor on the
-/// file whose fdinfo shows a lock line. The kernel's pid in /proc/locks is
-/// only whoever called flock, which may be long gone while a child that
-/// inherited the descriptor holds on. Returns whether every process could be
-/// looked at (another user's fds need root).
+/// Reads a /proc file whole into `buf` with as few read(2) calls as it
+/// allows (a buffer that grows, never a short one); returns how many reads
+/// brought data.
+fn read_whole(path: &str, buf: &mut Vec<u8>) -> io::Result<usize> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    buf.clear();
+    if buf.capacity() < 64 * 1024 {
+        buf.reserve(64 * 1024);
+    }
+    let mut reads = 0;
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.capacity());
+        }
+        let filled = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let result = file.read(&mut buf[filled..]);
+        match result {
+            Ok(0) => {
+                buf.truncate(filled);
+                return Ok(reads);
+            }
+            Ok(n) => {
+                buf.truncate(filled + n);
+                reads += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(filled),
+            Err(e) => {
+                buf.truncate(filled);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The processes that really hold a lock on the file: those with a
+/// descriptor on it whose fdinfo shows a lock line. The kernel's pid in
+/// /proc/locks is only whoever called flock, which may be long gone while
+/// a child that inherited the descriptor holds on, and an OFD lock has no
+/// pid there at all. Returns whether every process could be looked at
+/// (another user's fds need root).
 pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
     let mut holders = Vec::new();
     let mut complete = true;
@@ -196,47 +303,77 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
         else {
             continue;
         };
-        let fd_dir = format!("/proc/{pid}/fd");
-        let fds = match fs::read_dir(&fd_dir) {
-            Ok(fds) => fds,
-            Err(e) => {
-                if e.kind() == io::ErrorKind::PermissionDenied {
-                    complete = false;
+        match process_locks(pid, dev, ino) {
+            Ok(locks) => {
+                for lock in locks {
+                    let holder = FdHolder {
+                        pid,
+                        mode: lock.mode,
+                        caller: lock.pid,
+                        span: lock.span,
+                    };
+                    if !holders.contains(&holder) {
+                        holders.push(holder);
+                    }
                 }
-                continue;
             }
-        };
-        for fd in fds.flatten() {
-            // A stat through the fd link is one syscall; only files that
-            // match are worth opening fdinfo for.
-            let Ok(meta) = fs::metadata(fd.path()) else {
-                continue;
-            };
-            if meta.dev() != dev || meta.ino() != ino {
-                continue;
-            }
-            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
-            let Ok(info) = fs::read_to_string(info) else {
-                continue;
-            };
-            let held = info
-                .lines()
-                .filter_map(|line| line.strip_prefix("lock:"))
-                .filter_map(parse_lock_line)
-                .find(|l| !l.waiting);
-            if let Some(lock) = held
-                && !holders.iter().any(|h: &FdHolder| h.pid == pid)
-            {
-                holders.push(FdHolder {
-                    pid,
-                    mode: lock.mode,
-                    caller: lock.pid,
-                });
-            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => complete = false,
+            Err(_) => {}
         }
     }
     holders.sort_by_key(|h| h.pid);
     (holders, complete)
+}
+
+/// Whether process `pid` holds a lock on the file (stat's `dev`, `ino`)
+/// through one of its descriptors, as its fdinfo shows; `None` when its
+/// descriptors cannot be looked at (another user's, without root).
+pub fn process_holds(pid: i32, dev: u64, ino: u64) -> Option<bool> {
+    if pid <= 0 {
+        return Some(false);
+    }
+    match process_locks(pid, dev, ino) {
+        Ok(locks) => Some(!locks.is_empty()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// The locks one process holds on the file through its descriptors.
+fn process_locks(pid: i32, dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
+    let mut found = Vec::new();
+    for fd in fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
+        // A stat through the fd link is one syscall; only files that match
+        // are worth opening fdinfo for. Both sides are stat()'s view, so
+        // they agree on btrfs and overlays too.
+        let Ok(meta) = fs::metadata(fd.path()) else {
+            continue;
+        };
+        if meta.dev() != dev || meta.ino() != ino {
+            continue;
+        }
+        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+        let Ok(info) = fs::read_to_string(info) else {
+            continue;
+        };
+        found.extend(
+            info.lines()
+                .filter_map(|line| line.strip_prefix("lock:"))
+                .filter_map(parse_lock_line)
+                .filter(|l| !l.lock.waiting)
+                .map(|l| l.lock),
+        );
+    }
+    Ok(found)
+}
+
+/// The file behind one of our descriptors, as /proc/self/fd names it;
+/// `None` for what has no name to show (a pipe, a deleted file).
+pub fn descriptor_path(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
+    use std::os::fd::AsRawFd;
+    let target = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    let shown = target.to_str()?;
+    (shown.starts_with('/') && !shown.ends_with(" (deleted)")).then_some(target)
 }
 
 pub fn file_system_magic(path: &Path) -> Option<i64> {
@@ -252,17 +389,14 @@ fn minor(dev: u64) -> u64 {
 
 #[derive(Debug, PartialEq, Eq)]
 struct LockLine {
-    pid: i32,
-    mode: LockMode,
-    waiting: bool,
-    dev_major: u64,
-    dev_minor: u64,
-    ino: u64,
+    lock: KernelLock,
+    id: LockId,
 }
 
-/// `1: FLOCK  ADVISORY  WRITE 1234 fe:00:10010737 0 EOF`, or with `->` after
-/// the id for a process blocked on the lock. Only FLOCK lines count: POSIX
-/// and OFD locks do not conflict with flock(2) on Linux.
+/// `1: FLOCK  ADVISORY  WRITE 1234 fe:00:10010737 0 EOF`, with `->` after
+/// the id for a process blocked on the lock; `POSIX` and `OFDLCK` lines
+/// give a byte range (`0 4`, `10 EOF`). Leases and delegations are not
+/// locks anyone takes with lockrun or flock(1), and are left out.
 fn parse_lock_line(line: &str) -> Option<LockLine> {
     let mut words = line.split_whitespace();
     words.next()?.strip_suffix(':')?;
@@ -271,9 +405,12 @@ fn parse_lock_line(line: &str) -> Option<LockLine> {
     if waiting {
         kind = words.next()?;
     }
-    if kind != "FLOCK" {
-        return None;
-    }
+    let kind = match kind {
+        "FLOCK" => LockKind::Flock,
+        "OFDLCK" => LockKind::Ofd,
+        "POSIX" => LockKind::Posix,
+        _ => return None,
+    };
     let _advisory = words.next()?;
     let mode = match words.next()? {
         "WRITE" => LockMode::Exclusive,
@@ -282,16 +419,19 @@ fn parse_lock_line(line: &str) -> Option<LockLine> {
     };
     let pid = words.next()?.parse().ok()?;
     let mut id = words.next()?.split(':');
-    let dev_major = u64::from_str_radix(id.next()?, 16).ok()?;
-    let dev_minor = u64::from_str_radix(id.next()?, 16).ok()?;
+    let major = u64::from_str_radix(id.next()?, 16).ok()?;
+    let minor = u64::from_str_radix(id.next()?, 16).ok()?;
     let ino = id.next()?.parse().ok()?;
+    let start = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+    let end = words.next().and_then(|w| w.parse().ok());
     Some(LockLine {
-        pid,
-        mode,
-        waiting,
-        dev_major,
-        dev_minor,
-        ino,
+        lock: KernelLock {
+            pid,
+            mode,
+            waiting,
+            span: LockSpan { kind, start, end },
+        },
+        id: LockId { major, minor, ino },
     })
 }
 
@@ -300,20 +440,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_held_and_waiting_flock_lines() {
+    fn parses_held_and_waiting_lock_lines() {
         let held = parse_lock_line("1: FLOCK  ADVISORY  WRITE 2462 fe:00:10010737 0 EOF").unwrap();
-        assert_eq!(held.pid, 2462);
+        assert_eq!(held.lock.pid, 2462);
         assert_eq!(
-            (held.dev_major, held.dev_minor, held.ino),
-            (0xfe, 0, 10010737)
+            held.id,
+            LockId {
+                major: 0xfe,
+                minor: 0,
+                ino: 10010737
+            }
         );
-        assert!(!held.waiting);
+        assert!(!held.lock.waiting);
+        assert_eq!(held.lock.span, LockSpan::WHOLE_FLOCK);
         let waiting = parse_lock_line("1: -> FLOCK  ADVISORY  READ  77 08:01:5 0 EOF").unwrap();
-        assert!(waiting.waiting);
-        assert_eq!(waiting.mode, LockMode::Shared);
-        assert!(parse_lock_line("2: POSIX  ADVISORY  WRITE 9 08:01:5 0 EOF").is_none());
+        assert!(waiting.lock.waiting);
+        assert_eq!(waiting.lock.mode, LockMode::Shared);
+        let posix = parse_lock_line("2: POSIX  ADVISORY  WRITE 9 08:01:5 0 4").unwrap();
+        assert_eq!(
+            posix.lock.span,
+            LockSpan {
+                kind: LockKind::Posix,
+                start: 0,
+                end: Some(4)
+            }
+        );
+        let ofd = parse_lock_line("2: OFDLCK ADVISORY  WRITE -1 08:01:5 10 EOF").unwrap();
+        assert_eq!(ofd.lock.pid, -1);
+        assert_eq!(
+            ofd.lock.span,
+            LockSpan {
+                kind: LockKind::Ofd,
+                start: 10,
+                end: None
+            }
+        );
+        assert!(parse_lock_line("3: LEASE  ACTIVE    READ 9 08:01:5 0 EOF").is_none());
         assert!(parse_lock_line("\t1: FLOCK  ADVISORY  WRITE 1 08:01:5 0 EOF").is_some());
         assert!(parse_lock_line("garbage").is_none());
+    }
+
+    #[test]
+    fn the_lock_id_is_the_one_proc_locks_prints() {
+        // Our own lock, seen in our own fdinfo: the same id both ways.
+        let file = tempfile::tempfile().unwrap();
+        file.lock().unwrap();
+        use std::os::fd::AsRawFd;
+        let info = fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd())).unwrap();
+        let line = info.lines().find_map(|l| l.strip_prefix("lock:")).unwrap();
+        assert_eq!(lock_id(&file), Some(parse_lock_line(line).unwrap().id));
+    }
+
+    #[test]
+    fn a_table_is_read_whole() {
+        let mut buf = Vec::new();
+        let reads = read_whole("/proc/self/status", &mut buf).unwrap();
+        assert!(reads >= 1);
+        assert!(String::from_utf8_lossy(&buf).contains("\nPid:"));
     }
 
     #[test]

@@ -23,16 +23,78 @@ pub use spawn::{CommandLine, die_with_parent, start_command};
 
 use crate::lock::LockMode;
 
-/// One flock(2) lock as the kernel lists it.
+/// One lock as the kernel lists it: flock(2), or a byte range (POSIX or
+/// open-file-description).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelLock {
     /// The process that *called* flock. It may have exited since: the lock
     /// belongs to the open file description, which children inherit.
-    /// 0 when the kernel hides it (a holder outside our PID namespace).
+    /// 0 when the kernel hides it (a holder outside our PID namespace), -1
+    /// for an OFD lock, which belongs to no process.
     pub pid: i32,
     pub mode: LockMode,
     /// A process blocked waiting for the lock, not holding it.
     pub waiting: bool,
+    pub span: LockSpan,
+}
+
+/// What kind of lock, and on which bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockSpan {
+    pub kind: LockKind,
+    pub start: u64,
+    /// The last byte locked; `None`: to the end of the file, however long
+    /// it grows.
+    pub end: Option<u64>,
+}
+
+impl LockSpan {
+    pub const WHOLE_FLOCK: LockSpan = LockSpan {
+        kind: LockKind::Flock,
+        start: 0,
+        end: None,
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// flock(2), what lockrun and flock(1) take: always the whole file.
+    Flock,
+    /// fcntl(2) F_OFD_SETLK: belongs to the open file description.
+    Ofd,
+    /// fcntl(2) F_SETLK and lockf(3): belongs to the process.
+    Posix,
+}
+
+impl LockKind {
+    /// For --json.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Flock => "flock",
+            LockKind::Ofd => "ofd",
+            LockKind::Posix => "posix",
+        }
+    }
+
+    /// For people.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Flock => "flock",
+            LockKind::Ofd => "OFD",
+            LockKind::Posix => "POSIX",
+        }
+    }
+}
+
+/// Where /proc/locks and fdinfo place a file: the device of its super
+/// block and the inode number the kernel keeps. stat() can say otherwise:
+/// a btrfs subvolume reports an anonymous device of its own, an overlay
+/// can report a layer's device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockId {
+    pub major: u64,
+    pub minor: u64,
+    pub ino: u64,
 }
 
 /// Whether a pid names a process, as far as this system can tell.
@@ -56,8 +118,24 @@ pub struct FdHolder {
     pub mode: LockMode,
     /// The process that called flock on this descriptor's open file, as
     /// the kernel lists it in fdinfo; 0 when it hides it (another PID
-    /// namespace). A holder whose caller is someone else inherited it.
+    /// namespace), -1 for an OFD lock. A holder whose caller is someone
+    /// else inherited it.
     pub caller: i32,
+    pub span: LockSpan,
+}
+
+/// How many columns the terminal on `fd` has, if it is one.
+pub fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into the struct we pass.
+    let done = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
+    (done == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
 /// File systems whose locks are arbitrated by a server: a holder on another

@@ -1,7 +1,7 @@
 //! Fallbacks for systems without Linux's /proc: nothing can be inspected, so
 //! every answer is "unknown", never a guess.
 
-use super::{FdHolder, KernelLock, ProcessState};
+use super::{FdHolder, KernelLock, LockId, ProcessState};
 use std::io;
 use std::path::Path;
 
@@ -25,7 +25,25 @@ pub fn process_cmdline(_pid: i32) -> Option<Vec<String>> {
 pub fn pid_namespace() -> Option<u64> {
     None
 }
-pub fn kernel_locks(_dev: u64, _ino: u64) -> io::Result<Vec<KernelLock>> {
+pub fn lock_id(_file: &std::fs::File) -> Option<LockId> {
+    None
+}
+pub fn lock_id_at(_path: &Path, dev: u64, ino: u64) -> LockId {
+    stat_lock_id(dev, ino)
+}
+pub fn stat_lock_id(dev: u64, ino: u64) -> LockId {
+    LockId {
+        major: dev,
+        minor: 0,
+        ino,
+    }
+}
+#[derive(Debug, Default)]
+pub struct LockTable {
+    pub locks: Vec<KernelLock>,
+    pub torn: bool,
+}
+pub fn kernel_locks(_id: LockId) -> io::Result<LockTable> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "this system has no kernel lock table lockrun can read",
@@ -33,6 +51,12 @@ pub fn kernel_locks(_dev: u64, _ino: u64) -> io::Result<Vec<KernelLock>> {
 }
 pub fn fd_holders(_dev: u64, _ino: u64) -> (Vec<FdHolder>, bool) {
     (Vec::new(), false)
+}
+pub fn process_holds(_pid: i32, _dev: u64, _ino: u64) -> Option<bool> {
+    None
+}
+pub fn descriptor_path(_fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
+    None
 }
 pub fn file_system_magic(_path: &Path) -> Option<i64> {
     None

@@ -2,6 +2,7 @@
 
 use crate::display;
 use crate::exit_codes::{self, Failure};
+use crate::persona;
 use crate::run::signals;
 use std::ffi::OsStr;
 use std::io;
@@ -73,10 +74,10 @@ pub fn wait_for_command<T>(
 pub fn report_spawn_failure(program: &OsStr, e: &io::Error) -> u8 {
     let program = display::escape(&program.to_string_lossy());
     if e.kind() == io::ErrorKind::NotFound {
-        eprintln!("lockrun: {program}: command not found");
-        exit_codes::NOT_FOUND
+        eprintln!("{}: {program}: command not found", persona::name());
+        persona::exec_failed(exit_codes::NOT_FOUND)
     } else {
-        eprintln!("lockrun: {program}: cannot execute: {e}");
-        exit_codes::CANNOT_EXECUTE
+        eprintln!("{}: {program}: cannot execute: {e}", persona::name());
+        persona::exec_failed(exit_codes::CANNOT_EXECUTE)
     }
 }

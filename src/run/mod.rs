@@ -19,7 +19,8 @@ use crate::backend::{Backend, Held};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
-use crate::lock::LockMode;
+use crate::lock::{LockMode, LockSpec};
+use crate::persona;
 use crate::platform::{self, CommandLine};
 use crate::progress::Progress;
 use crate::record::{self, ChildRecord, Exit, Record};
@@ -36,6 +37,8 @@ use wait::{NotAcquired, WaitPolicy};
 pub struct RunOptions {
     pub path: PathBuf,
     pub mode: LockMode,
+    /// Which lock (flock or OFD, byte range) and on what (path or `--fd`).
+    pub lock: LockSpec,
     pub wait: WaitPolicy,
     pub conflict_status: u8,
     /// `-o`: the command does not inherit the lock.
@@ -119,7 +122,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
 
     let mut progress = Progress::new(
         flow.label.clone(),
-        flow.verbose,
+        flow.verbose && !persona::is_flock(),
         flow.quiet,
         flow.wait.timeout,
     );
@@ -129,12 +132,8 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     };
     let mut held = backend.acquired(recording.as_ref().map(|r| &r.record), flow.verbose)?;
     if flow.verbose {
-        eprintln!(
-            "lockrun: took the {} lock on {} after {}",
-            flow.mode.as_str(),
-            flow.label,
-            display::span(waited)
-        );
+        persona::say_acquired(flow.mode, &flow.label, waited);
+        persona::say_executing(command.program());
     }
     let extra = held.env();
     if !extra.is_empty() {
@@ -237,6 +236,7 @@ fn not_acquired<B: Backend>(
 ) -> Result<Ending, Failure> {
     let ending = match not {
         NotAcquired::Busy { waited } => {
+            persona::say_not_acquired(flow.verbose, waited);
             if !flow.quiet {
                 let holder = backend.conflict_holder();
                 eprintln!("lockrun: {}", display::busy(&flow.label, &holder, waited));

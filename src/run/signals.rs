@@ -140,9 +140,10 @@ pub fn spawn_helper<T: Send + 'static>(
         libc::pthread_sigmask(libc::SIG_BLOCK, blocked.as_ptr(), old.as_mut_ptr());
         old.assume_init()
     };
+    // std's default stack: a helper may run a remote client's futures,
+    // which need more than a kernel lock call; untouched pages cost nothing.
     let spawned = std::thread::Builder::new()
         .name(name.to_owned())
-        .stack_size(256 * 1024)
         .spawn(work);
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };

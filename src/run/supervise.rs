@@ -14,7 +14,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Finds the processes, besides the command, holding the lock through us.
-pub type Inheritors = Box<dyn Fn() -> Vec<i32> + Send>;
+/// It is given the command's pid, which it leaves out.
+pub type Inheritors = Box<dyn Fn(i32) -> Vec<i32> + Send>;
 
 /// What a stop did, for the message and the record.
 #[derive(Debug, Clone)]
@@ -145,10 +146,11 @@ fn watch(
             };
         }
     }
+    let command_pid = command.as_ref().map_or(0, |c| c.pid);
     let find = || -> Vec<Target> {
         let mut found: Vec<Target> = Vec::new();
         if let Some(inheritors) = &inheritors {
-            for pid in inheritors() {
+            for pid in inheritors(command_pid) {
                 if let Some(target) = Target::pin(pid) {
                     found.push(target);
                 }

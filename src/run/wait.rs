@@ -59,6 +59,13 @@ pub trait Contender {
     fn interrupt(&mut self) {}
     /// Lets go of a lock obtained just as a signal ended the wait.
     fn undo(&mut self) {}
+    /// Called once the lock is taken: `Ok(false)` when it was taken on
+    /// something that is no longer the lock (a lock file replaced or
+    /// deleted while we waited); the contender has let go of it and is
+    /// ready to contend again.
+    fn confirm(&mut self) -> Result<bool, Failure> {
+        Ok(true)
+    }
     /// Whether waiting may go on (a lease still alive).
     fn still_valid(&mut self) -> Result<(), Failure> {
         Ok(())
@@ -104,6 +111,24 @@ const HELPER_ANSWER: Duration = Duration::from_secs(2);
 /// Takes the lock according to `policy`; returns how long that took. A
 /// signal ends the wait: the handlers are installed before any wait.
 pub fn acquire(
+    contender: &mut dyn Contender,
+    policy: WaitPolicy,
+    observer: &mut dyn WaitObserver,
+) -> Result<Duration, NotAcquired> {
+    let start = Instant::now();
+    let mut left = policy;
+    loop {
+        acquire_once(contender, left, observer)?;
+        if contender.confirm().map_err(NotAcquired::Failed)? {
+            return Ok(start.elapsed());
+        }
+        // Contend again for the lock that is the lock now, within what is
+        // left of the same deadline.
+        left.timeout = policy.timeout.map(|t| t.saturating_sub(start.elapsed()));
+    }
+}
+
+fn acquire_once(
     contender: &mut dyn Contender,
     policy: WaitPolicy,
     observer: &mut dyn WaitObserver,

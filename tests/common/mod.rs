@@ -239,11 +239,24 @@ pub fn wait_exec(pid: impl ToString, program: &str) {
 
 /// Says loudly that a test could not run here. Under CI
 /// (LOCKRUN_TEST_REQUIRE_ALL set by .ci/run) a skip is a failure instead.
+///
+/// The harness captures `eprintln!` and shows it only for a failing test,
+/// so a skip would pass unseen: the line goes to the terminal itself when
+/// there is one, else straight to file descriptor 2 (which the harness does
+/// not capture), so that `cargo test` in a pipe or CI log shows it too.
 pub fn skip(why: &str) {
     if std::env::var_os("LOCKRUN_TEST_REQUIRE_ALL").is_some() {
         panic!("this test must run in CI but cannot: {why}");
     }
-    eprintln!("\n*** SKIPPED: {why} ***\n");
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let line = format!("\n*** SKIPPED {test}: {why} ***\n");
+    let shown = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/tty")
+        .and_then(|mut tty| tty.write_all(line.as_bytes()));
+    if shown.is_err() {
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
 }
 
 /// Whether `tool` is installed; says SKIPPED (or fails under CI) if not.
@@ -316,4 +329,177 @@ pub fn holder_text(target: impl AsRef<std::ffi::OsStr>) -> String {
 /// held (`.code(75)`).
 pub fn try_lock_now(lock: &Path) -> assert_cmd::assert::Assert {
     lockrun().arg("-n").arg(lock).arg("true").assert()
+}
+
+/// A file system mounted for one test (root only), unmounted on drop:
+/// tmpfs, a btrfs on a loop device, an overlay, a bind mount.
+pub struct Mount {
+    pub dir: tempfile::TempDir,
+    /// Loop devices to detach after unmounting.
+    cleanup: Vec<Vec<String>>,
+    /// What this mount stands on (an overlay's tmpfs, a btrfs image's
+    /// directory): dropped after it.
+    _under: Option<Box<dyn std::any::Any>>,
+}
+
+impl Mount {
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run(args: &[&str]) -> Result<String, String> {
+        let out = Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .map_err(|e| format!("{}: {e}", args[0]))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            Err(format!(
+                "`{}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    fn root(what: &str) -> bool {
+        if rustix::process::geteuid().is_root() {
+            return true;
+        }
+        skip(&format!("mounting {what} needs root"));
+        false
+    }
+
+    /// Says SKIPPED (or fails under CI) when it cannot mount.
+    fn or_skip(what: &str, made: Result<Mount, String>) -> Option<Mount> {
+        match made {
+            Ok(mount) => Some(mount),
+            Err(why) => {
+                skip(&format!("cannot mount {what}: {why}"));
+                None
+            }
+        }
+    }
+
+    pub fn tmpfs() -> Option<Mount> {
+        if !Mount::root("a tmpfs") {
+            return None;
+        }
+        let dir = temp_dir();
+        let made = Mount::run(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=8m",
+            "tmpfs",
+            path_str(&dir),
+        ])
+        .map(|_| Mount {
+            dir,
+            cleanup: Vec::new(),
+            _under: None,
+        });
+        Mount::or_skip("a tmpfs", made)
+    }
+
+    /// A fresh btrfs on a loop device, with a subvolume `sub` in it: a
+    /// subvolume's files stat with a device of their own, not the file
+    /// system's.
+    pub fn btrfs() -> Option<Mount> {
+        if !Mount::root("a btrfs")
+            || !needs("mkfs.btrfs", "btrfs-progs, to test on btrfs")
+            || !needs("losetup", "util-linux losetup, to test on btrfs")
+        {
+            return None;
+        }
+        let image_dir = temp_dir();
+        let image = image_dir.path().join("btrfs.img");
+        let made = (|| {
+            let file = std::fs::File::create(&image).map_err(|e| e.to_string())?;
+            file.set_len(128 << 20).map_err(|e| e.to_string())?;
+            let image = image.to_str().ok_or("path")?;
+            Mount::run(&["mkfs.btrfs", "-q", "-f", image])?;
+            let device = Mount::run(&["losetup", "--find", "--show", image])?;
+            let dir = temp_dir();
+            let mount = Mount {
+                dir,
+                cleanup: vec![vec!["losetup".into(), "-d".into(), device.clone()]],
+                _under: None,
+            };
+            Mount::run(&["mount", "-t", "btrfs", &device, path_str(&mount.dir)])?;
+            let sub = mount.path().join("sub");
+            Mount::run(&["btrfs", "subvolume", "create", sub.to_str().ok_or("path")?])?;
+            Ok(mount)
+        })();
+        let made = made.map(|mut mount| {
+            mount._under = Some(Box::new(image_dir));
+            mount
+        });
+        Mount::or_skip("a btrfs on a loop device", made)
+    }
+
+    /// An overlay whose lower layer holds `lower.lock`, all on a tmpfs.
+    pub fn overlay() -> Option<Mount> {
+        let base = Mount::tmpfs()?;
+        let made = (|| {
+            for sub in ["lower", "upper", "work"] {
+                std::fs::create_dir(base.path().join(sub)).map_err(|e| e.to_string())?;
+            }
+            std::fs::write(base.path().join("lower/lower.lock"), b"").map_err(|e| e.to_string())?;
+            let dir = temp_dir();
+            let options = format!(
+                "lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work",
+                base.path().display()
+            );
+            Mount::run(&[
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                &options,
+                path_str(&dir),
+            ])?;
+            Ok(dir)
+        })();
+        let made = made.map(|dir| Mount {
+            dir,
+            cleanup: Vec::new(),
+            _under: Some(Box::new(base)),
+        });
+        Mount::or_skip("an overlay", made)
+    }
+
+    /// `source` mounted a second time, at another path.
+    pub fn bind(source: &Path) -> Option<Mount> {
+        if !Mount::root("a bind mount") {
+            return None;
+        }
+        let dir = temp_dir();
+        let source = source.to_str().expect("utf-8 path");
+        let made = Mount::run(&["mount", "--bind", source, path_str(&dir)]).map(|_| Mount {
+            dir,
+            cleanup: Vec::new(),
+            _under: None,
+        });
+        Mount::or_skip("a bind mount", made)
+    }
+}
+
+fn path_str(dir: &tempfile::TempDir) -> &str {
+    dir.path().to_str().expect("utf-8 temp path")
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+        for step in &self.cleanup {
+            let _ = Command::new(&step[0]).args(&step[1..]).status();
+        }
+    }
 }

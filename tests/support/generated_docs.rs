@@ -1,13 +1,15 @@
-//! The shell completions under `completions/` and the man pages under `man/`,
-//! generated from the clap definition (`lockrun::cli::command()`).
+//! The shell completions under `completions/` and the man pages under `man/`
+//! describe the default build (no lock URLs): the completions are what
+//! clap_complete generates from `lockrun::cli::command_for(false)`, the man
+//! pages what `lockrun::generate::man_pages(false)` writes. The default
+//! binary prints these very files for `--generate` (it compiles them in).
 //!
 //! Shared by `examples/generate-docs.rs`, which writes the files, and
 //! `tests/generated_docs.rs`, which fails when the committed files are out of
 //! date. Output depends only on the CLI definition and the crate version, so
-//! it is the same on every machine.
+//! it is the same on every machine and with every feature set.
 
 use clap_complete::{Generator, Shell};
-use clap_mangen::Man;
 use std::path::Path;
 
 /// The name users type, which the completions register for.
@@ -17,47 +19,38 @@ const BIN_NAME: &str = "lockrun";
 /// files.
 pub const OUTPUT_DIRS: [&str; 2] = ["completions", "man"];
 
+/// The shells, with the `--generate` name of each.
+pub const SHELLS: [(Shell, &str); 5] = [
+    (Shell::Bash, "complete-bash"),
+    (Shell::Zsh, "complete-zsh"),
+    (Shell::Fish, "complete-fish"),
+    (Shell::Elvish, "complete-elvish"),
+    (Shell::PowerShell, "complete-powershell"),
+];
+
+/// A completion script for a build with or without lock URLs.
+pub fn completion(shell: Shell, with_etcd: bool) -> Vec<u8> {
+    let mut cmd = lockrun::cli::command_for(with_etcd);
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, BIN_NAME, &mut script);
+    script
+}
+
+/// The file a shell's completions are committed as.
+pub fn completion_path(shell: Shell) -> String {
+    format!("completions/{}", shell.file_name(BIN_NAME))
+}
+
 /// Every generated file as (path relative to the crate root, with `/`
 /// separators; contents).
 pub fn generate() -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
-
-    for shell in [
-        Shell::Bash,
-        Shell::Zsh,
-        Shell::Fish,
-        Shell::Elvish,
-        Shell::PowerShell,
-    ] {
-        let mut cmd = lockrun::cli::command();
-        let mut script = Vec::new();
-        clap_complete::generate(shell, &mut cmd, BIN_NAME, &mut script);
-        files.push((format!("completions/{}", shell.file_name(BIN_NAME)), script));
+    for (shell, _) in SHELLS {
+        files.push((completion_path(shell), completion(shell, false)));
     }
-
-    // Building the top-level command first gives each subcommand its display
-    // name (`lockrun-holder`, for the page's title and file name) and its bin
-    // name (`lockrun holder`, for the synopsis), as clap_mangen::generate_to
-    // does. Every page names the same source in its footer, "lockrun 0.1.0"; left
-    // to itself clap_mangen would put just "holder " on a subcommand's page,
-    // which has no version of its own.
-    let mut cmd = lockrun::cli::command();
-    cmd.build();
-    let source = format!("{BIN_NAME} {}", cmd.get_version().unwrap_or_default());
-    let mut pages = vec![Man::new(cmd.clone())];
-    pages.extend(
-        cmd.get_subcommands()
-            .filter(|sub| !sub.is_hide_set())
-            .map(|sub| Man::new(sub.clone())),
-    );
-    let pages = pages.into_iter().map(|page| page.source(source.clone()));
-    for page in pages {
-        let mut roff = Vec::new();
-        page.render(&mut roff)
-            .expect("rendering a man page into memory cannot fail");
-        files.push((format!("man/{}", page.get_filename()), roff));
+    for (path, page) in lockrun::generate::man_pages(false) {
+        files.push((path, page.into_bytes()));
     }
-
     files
 }
 

@@ -1,5 +1,5 @@
-//! The etcd v3 calls lockrun makes, over the JSON gateway: leases, the lock
-//! key, and the record stored as its value.
+//! The etcd v3 calls lockrun makes, over gRPC: leases, the lock key, the
+//! record stored as its value, and the wait for the key ahead of ours.
 //!
 //! The lock follows etcd's own lock recipe (the one behind `etcdctl lock`
 //! and the `/v3/lock/lock` service): each contender creates the key
@@ -7,17 +7,38 @@
 //! key has the lowest creation revision holds the lock. So lockrun and
 //! `etcdctl lock NAME` exclude each other, as lockrun and flock(1) do on a
 //! file.
+//!
+//! Every call goes to the member that last answered and moves on to the
+//! next one on any failure that another member may not share (no
+//! connection, no answer in time, no leader, a member shutting down). Each
+//! call lockrun makes is safe to repeat: creating our key is
+//! compare-and-create, a lease granted twice leaves an empty lease that
+//! expires on its own.
+//!
+//! The client is asynchronous inside (tonic on a one-worker tokio
+//! runtime, which also keeps the connections alive while lockrun's
+//! threads block) and blocking outside: lockrun's threads call it like a
+//! function.
 
-use super::base64;
-use super::http::{self, HttpError};
-use serde_json::{Value, json};
+use super::{Access, EtcdUrl, Password};
+use etcd_client as ec;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long an ordinary call may take before etcd counts as unreachable.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// One member's share of a call: past this, the next member is asked. A
+/// stopped or partitioned member accepts connections and never answers,
+/// so silence must count as a failure, well within a lease's TTL.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// A waiter's watch is silent while the holder works; this often it asks
+/// its member for a progress report, to notice a member that stopped.
+const WATCH_PROBE: Duration = Duration::from_secs(2);
+/// After every member failed, a waiter tries again this soon.
+const RETRY: Duration = Duration::from_millis(200);
 
 #[derive(Debug)]
 pub struct EtcdError {
@@ -30,6 +51,12 @@ impl fmt::Display for EtcdError {
     }
 }
 
+fn error(message: impl Into<String>) -> EtcdError {
+    EtcdError {
+        message: message.into(),
+    }
+}
+
 /// One key as etcd returns it.
 #[derive(Debug, Clone)]
 pub struct Kv {
@@ -37,6 +64,17 @@ pub struct Kv {
     pub value: Vec<u8>,
     pub create_revision: i64,
     pub lease: i64,
+}
+
+impl From<&ec::KeyValue> for Kv {
+    fn from(kv: &ec::KeyValue) -> Kv {
+        Kv {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+            create_revision: kv.create_revision(),
+            lease: kv.lease(),
+        }
+    }
 }
 
 /// The outcome of one attempt at the lock.
@@ -48,176 +86,276 @@ pub enum Attempt {
     Queued { revision: i64, owner: Option<Kv> },
 }
 
-/// A client for a list of endpoints. Calls go to the endpoint that last
-/// answered and move on to the next one only when a connection cannot be
-/// made (a request that was sent is never re-sent elsewhere: it may have
-/// taken effect).
+/// A client for a list of endpoints; cheap to clone (threads share it).
 #[derive(Clone)]
 pub struct Client {
-    endpoints: Arc<[String]>,
-    preferred: Arc<AtomicUsize>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Always `Some` until dropped (see `Drop`).
+    runtime: Option<tokio::runtime::Runtime>,
+    members: Vec<Member>,
+    /// The member that answered last: calls start there.
+    preferred: AtomicUsize,
+    tls: Option<ec::TlsOptions>,
+    credentials: Option<(String, String)>,
+    access: Access,
+}
+
+struct Member {
+    endpoint: String,
+    /// Connected on first use, and kept: tonic reconnects it as needed.
+    client: tokio::sync::Mutex<Option<ec::Client>>,
+}
+
+/// Why one member could not serve a call.
+enum Failed {
+    /// Another member may do better (no connection, no answer, no leader).
+    Member(String),
+    /// Every member would say the same (authentication, permissions, a
+    /// refused certificate): stop and say so.
+    Final(String),
 }
 
 impl Client {
-    pub fn new(endpoints: Vec<String>) -> Client {
-        Client {
-            endpoints: endpoints.into(),
-            preferred: Arc::new(AtomicUsize::new(0)),
+    /// Reads the certificates and password the URL's access names and
+    /// prepares one connection per endpoint (made on first use). A file
+    /// that cannot be read or parsed is an error naming it.
+    pub fn new(url: &EtcdUrl) -> Result<Client, EtcdError> {
+        let access = url.access.clone();
+        let tls = if access.tls {
+            Some(tls_options(&access)?)
+        } else {
+            None
+        };
+        let credentials = match (&access.user, &access.password) {
+            (Some(user), Some(password)) => Some((user.clone(), read_password(password)?)),
+            _ => None,
+        };
+        // A member that closes a connection under a write must be an error
+        // (EPIPE), not the death of lockrun: lockrun starts without std's
+        // runtime, which would have ignored SIGPIPE. The command still gets
+        // the default back when it starts (platform::spawn, std Command).
+        // SAFETY: setting a disposition to SIG_IGN has no handler to race.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("etcd-io")
+            .enable_all()
+            .build()
+            .map_err(|e| error(format!("cannot start the etcd client: {e}")))?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                runtime: Some(runtime),
+                members: url
+                    .endpoints
+                    .iter()
+                    .map(|endpoint| Member {
+                        endpoint: endpoint.clone(),
+                        client: tokio::sync::Mutex::new(None),
+                    })
+                    .collect(),
+                preferred: AtomicUsize::new(0),
+                tls,
+                credentials,
+                access,
+            }),
+        })
     }
 
     pub fn endpoints(&self) -> String {
-        self.endpoints.join(",")
+        let names: Vec<&str> = self
+            .inner
+            .members
+            .iter()
+            .map(|m| m.endpoint.as_str())
+            .collect();
+        names.join(",")
     }
 
-    fn call(
-        &self,
-        path: &str,
-        body: &Value,
-        deadline: Option<Instant>,
-    ) -> Result<Value, EtcdError> {
-        let body = body.to_string().into_bytes();
-        let n = self.endpoints.len();
-        let first = self.preferred.load(Ordering::Relaxed);
-        let mut failures = Vec::new();
-        for i in 0..n {
-            let at = (first + i) % n;
-            let endpoint = &self.endpoints[at];
-            match http::post(endpoint, path, &body, deadline) {
-                Ok(answer) => {
-                    self.preferred.store(at, Ordering::Relaxed);
-                    return serde_json::from_slice(&answer).map_err(|e| EtcdError {
-                        message: format!("{endpoint}: {path}: not JSON: {e}"),
-                    });
-                }
-                Err(HttpError::Connect(e)) => failures.push(format!("{endpoint}: {e}")),
-                Err(HttpError::Status(code, message)) => {
-                    return Err(EtcdError {
-                        message: format!("{endpoint}: {path}: HTTP {code}: {message}"),
-                    });
-                }
-                Err(e) => {
-                    return Err(EtcdError {
-                        message: format!("{endpoint}: {path}: {e}"),
-                    });
-                }
-            }
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        match &self.inner.runtime {
+            Some(runtime) => runtime.block_on(future),
+            None => unreachable!("the runtime lives as long as the client"),
         }
-        Err(EtcdError {
-            message: format!("cannot connect to etcd ({})", failures.join("; ")),
-        })
     }
 
     /// Grants a lease; returns its id and the TTL etcd granted (which may
     /// be longer than asked: etcd has a minimum).
     pub fn grant(&self, ttl: Duration) -> Result<(i64, Duration), EtcdError> {
-        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let answer = self.call(
-            "/v3/lease/grant",
-            &json!({ "TTL": secs.max(1).to_string() }),
-            Some(Instant::now() + CALL_TIMEOUT),
-        )?;
-        let id = int(&answer["ID"]).ok_or_else(|| malformed("lease grant without ID"))?;
-        let granted = int(&answer["TTL"]).unwrap_or(secs as i64).max(1) as u64;
-        Ok((id, Duration::from_secs(granted)))
+        let secs = (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1);
+        let secs = i64::try_from(secs).unwrap_or(i64::MAX);
+        let answer = self.block_on(self.inner.call(
+            "lease grant",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| async move { c.lease_grant(secs, None).await },
+        ))?;
+        let granted = u64::try_from(answer.ttl()).unwrap_or(0).max(1);
+        Ok((answer.id(), Duration::from_secs(granted)))
     }
 
     /// Renews the lease; returns the TTL it now has, or `None` when etcd
     /// says the lease no longer exists.
     pub fn keepalive(&self, lease: i64, deadline: Instant) -> Result<Option<Duration>, EtcdError> {
-        let answer = self.call(
-            "/v3/lease/keepalive",
-            &json!({ "ID": lease.to_string() }),
-            Some(deadline),
-        )?;
-        if let Some(error) = answer.get("error") {
-            return Err(malformed(&format!("keepalive: {error}")));
-        }
-        let ttl = int(&answer["result"]["TTL"]).unwrap_or(0);
-        Ok((ttl > 0).then(|| Duration::from_secs(ttl as u64)))
+        let ttl = self.block_on(self.inner.call(
+            "lease keep-alive",
+            deadline,
+            move |mut c| async move {
+                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
+                keeper.keep_alive().await?;
+                match answers.message().await? {
+                    Some(answer) => Ok(answer.ttl()),
+                    None => Err(ec::Error::LeaseKeepAliveError(
+                        "the member closed the keep-alive stream".into(),
+                    )),
+                }
+            },
+        ))?;
+        Ok((ttl > 0).then(|| Duration::from_secs(ttl.unsigned_abs())))
     }
 
     /// Revokes the lease, which deletes every key attached to it: the lock
-    /// key, whether held or still waiting.
+    /// key, whether held or still waiting. Tried again (every member, with
+    /// a short pause) until `deadline`: a key left behind would hold or
+    /// block the lock for a whole TTL with nobody running.
     pub fn revoke(&self, lease: i64, deadline: Instant) -> Result<(), EtcdError> {
-        self.call(
-            "/v3/lease/revoke",
-            &json!({ "ID": lease.to_string() }),
-            Some(deadline),
-        )
-        .map(drop)
+        self.block_on(self.inner.revoke(lease, deadline))
+    }
+
+    /// Releases the lock: revokes the lease (which deletes our key) and,
+    /// at the same time, stores the last holder's record under `last.0`
+    /// (no lease: it outlives us). Both go out together, so the next
+    /// holder waits for the revoke only. The revoke is retried until
+    /// `deadline` as [`Client::revoke`] is; the record is best effort.
+    pub fn release(
+        &self,
+        lease: i64,
+        last: Option<(&str, &[u8])>,
+        deadline: Instant,
+    ) -> Result<(), EtcdError> {
+        self.block_on(async {
+            match last {
+                None => self.inner.revoke(lease, deadline).await,
+                Some((key, value)) => {
+                    let put = self.inner.put(key, value, deadline);
+                    let (revoked, _) = tokio::join!(self.inner.revoke(lease, deadline), put);
+                    revoked
+                }
+            }
+        })
     }
 
     /// One round trip: creates our key (with `value`, on `lease`) unless it
     /// exists, and reads the oldest key under the lock's prefix.
     pub fn attempt(&self, name: &str, lease: i64, value: &[u8]) -> Result<Attempt, EtcdError> {
         let key = key_for(name, lease);
-        let owner_range = range_first(name);
-        let body = json!({
-            "compare": [{ "target": "CREATE", "key": b64(&key), "create_revision": "0" }],
-            "success": [
-                { "request_put": { "key": b64(&key), "value": base64::encode(value), "lease": lease.to_string() } },
-                { "request_range": owner_range },
-            ],
-            "failure": [
-                { "request_range": { "key": b64(&key) } },
-                { "request_range": owner_range },
-            ],
-        });
-        let answer = self.call("/v3/kv/txn", &body, Some(Instant::now() + CALL_TIMEOUT))?;
-        let created = answer["succeeded"].as_bool().unwrap_or(false);
-        let responses = answer["responses"]
-            .as_array()
-            .ok_or_else(|| malformed("txn without responses"))?;
-        let revision = if created {
-            int(&answer["header"]["revision"])
+        let prefix = format!("{name}/");
+        let value = value.to_vec();
+        let k = key.clone();
+        let answer = self.block_on(self.inner.call(
+            "lock transaction",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| {
+                let txn = ec::Txn::new()
+                    .when([ec::Compare::create_revision(
+                        k.clone(),
+                        ec::CompareOp::Equal,
+                        0,
+                    )])
+                    .and_then([
+                        ec::TxnOp::put(
+                            k.clone(),
+                            value.clone(),
+                            Some(ec::PutOptions::new().with_lease(lease)),
+                        ),
+                        ec::TxnOp::get(prefix.clone(), Some(oldest())),
+                    ])
+                    .or_else([
+                        ec::TxnOp::get(k.clone(), None),
+                        ec::TxnOp::get(prefix.clone(), Some(oldest())),
+                    ]);
+                async move { c.txn(txn).await }
+            },
+        ))?;
+        let ranges: Vec<Vec<Kv>> = answer
+            .op_responses()
+            .into_iter()
+            .map(|r| match r {
+                ec::TxnOpResponse::Get(get) => get.kvs().iter().map(Kv::from).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let revision = if answer.succeeded() {
+            answer.header().map(|h| h.revision())
         } else {
-            responses
+            ranges
                 .first()
-                .and_then(|r| kvs(&r["response_range"]).into_iter().next())
+                .and_then(|r| r.first())
                 .map(|kv| kv.create_revision)
         }
-        .ok_or_else(|| malformed("txn without our key's revision"))?;
-        let owner = responses
-            .get(1)
-            .and_then(|r| kvs(&r["response_range"]).into_iter().next());
+        .ok_or_else(|| malformed("a lock transaction without our key's revision"))?;
+        let owner = ranges.get(1).and_then(|r| r.first()).cloned();
         Ok(match owner {
             Some(kv) if kv.key == key => Attempt::Acquired { revision },
             owner => Attempt::Queued { revision, owner },
         })
     }
 
-    /// Waits (in etcd, not by polling) until our key is the oldest, through
-    /// the lock service; the key must exist already (see [`attempt`]).
-    /// Returns the key etcd says we hold.
+    /// Waits until our key (created by [`Client::attempt`]) is the oldest
+    /// under the lock's prefix; returns it.
+    ///
+    /// Not etcd's lock service: that one watches the key ahead from the
+    /// revision it read it at, which etcd serves from its "unsynced"
+    /// watchers, caught up by a loop every 100 ms. This watches from the
+    /// revision *after* the read, which etcd serves at once from its
+    /// synced watchers, so the deletion is seen as it happens; nothing is
+    /// missed, because every change after the read is in the watch.
+    ///
+    /// While the lease lives, a failing member is not a failed wait: the
+    /// wait moves to the next member, and keeps trying while none answers
+    /// (the caller ends it at its deadline or when the lease is lost), so
+    /// a waiter does not leave the queue because of an outage.
     pub fn wait_lock(&self, name: &str, lease: i64) -> Result<String, EtcdError> {
-        let answer = self.call(
-            "/v3/lock/lock",
-            &json!({ "name": b64(name), "lease": lease.to_string() }),
-            None,
-        )?;
-        answer["key"]
-            .as_str()
-            .and_then(base64::decode)
-            .map(|k| String::from_utf8_lossy(&k).into_owned())
-            .ok_or_else(|| malformed("lock answer without key"))
+        let ours = key_for(name, lease);
+        self.block_on(async {
+            let mut revision = None;
+            loop {
+                match self.inner.wait_round(name, &ours, &mut revision).await {
+                    Ok(true) => return Ok(ours),
+                    Ok(false) => {}
+                    Err(Failed::Final(message)) => return Err(error(message)),
+                    Err(Failed::Member(_)) => tokio::time::sleep(RETRY).await,
+                }
+            }
+        })
     }
 
     /// The oldest key under the lock's prefix (the holder) and how many
     /// keys there are (the holder and its waiters).
     pub fn owner(&self, name: &str) -> Result<(Option<Kv>, usize), EtcdError> {
-        let answer = self.call(
-            "/v3/kv/range",
-            &range_first(name),
-            Some(Instant::now() + CALL_TIMEOUT),
-        )?;
-        let count = int(&answer["count"]).unwrap_or(0).max(0) as usize;
-        Ok((kvs(&answer).into_iter().next(), count))
+        let prefix = format!("{name}/");
+        let answer = self.block_on(self.inner.call(
+            "range",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| {
+                let prefix = prefix.clone();
+                async move { c.get(prefix, Some(oldest())).await }
+            },
+        ))?;
+        let count = usize::try_from(answer.count()).unwrap_or(0);
+        Ok((answer.kvs().first().map(Kv::from), count))
     }
 
     pub fn get(&self, key: &str, deadline: Instant) -> Result<Option<Kv>, EtcdError> {
-        let answer = self.call("/v3/kv/range", &json!({ "key": b64(key) }), Some(deadline))?;
-        Ok(kvs(&answer).into_iter().next())
+        let key = key.to_owned();
+        let answer = self.block_on(self.inner.call("range", deadline, move |mut c| {
+            let key = key.clone();
+            async move { c.get(key, None).await }
+        }))?;
+        Ok(answer.kvs().first().map(Kv::from))
     }
 
     /// Replaces the value of our key, only if it is still the key we
@@ -229,18 +367,489 @@ impl Client {
         value: &[u8],
         lease: i64,
     ) -> Result<bool, EtcdError> {
-        let body = json!({
-            "compare": [{ "target": "CREATE", "key": b64(key), "create_revision": revision.to_string() }],
-            "success": [{ "request_put": { "key": b64(key), "value": base64::encode(value), "lease": lease.to_string() } }],
-        });
-        let answer = self.call("/v3/kv/txn", &body, Some(Instant::now() + CALL_TIMEOUT))?;
-        Ok(answer["succeeded"].as_bool().unwrap_or(false))
+        let (key, value) = (key.to_owned(), value.to_vec());
+        let answer = self.block_on(self.inner.call(
+            "record update",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| {
+                let txn = ec::Txn::new()
+                    .when([ec::Compare::create_revision(
+                        key.clone(),
+                        ec::CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([ec::TxnOp::put(
+                        key.clone(),
+                        value.clone(),
+                        Some(ec::PutOptions::new().with_lease(lease)),
+                    )]);
+                async move { c.txn(txn).await }
+            },
+        ))?;
+        Ok(answer.succeeded())
     }
 
     /// A plain put without a lease (the last holder's record).
     pub fn put(&self, key: &str, value: &[u8], deadline: Instant) -> Result<(), EtcdError> {
-        let body = json!({ "key": b64(key), "value": base64::encode(value) });
-        self.call("/v3/kv/put", &body, Some(deadline)).map(drop)
+        self.block_on(self.inner.put(key, value, deadline))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Not a plain drop, which waits for blocking tasks: a host name
+        // being resolved (getaddrinfo, which no timeout interrupts) must
+        // not keep lockrun from exiting once the call has given up on it.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Inner {
+    async fn revoke(&self, lease: i64, deadline: Instant) -> Result<(), EtcdError> {
+        loop {
+            let result = self
+                .call("lease revoke", deadline, move |mut c| async move {
+                    match c.lease_revoke(lease).await {
+                        // Gone already (expired, or revoked by an answer
+                        // that was lost): what we wanted.
+                        Err(ec::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => {
+                            Ok(())
+                        }
+                        other => other.map(drop),
+                    }
+                })
+                .await;
+            match result {
+                Err(_) if Instant::now() + RETRY < deadline => tokio::time::sleep(RETRY).await,
+                done => return done,
+            }
+        }
+    }
+
+    async fn put(&self, key: &str, value: &[u8], deadline: Instant) -> Result<(), EtcdError> {
+        let (key, value) = (key.to_owned(), value.to_vec());
+        self.call("put", deadline, move |mut c| {
+            let (key, value) = (key.clone(), value.clone());
+            async move { c.put(key, value, None).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// The member's client, connected (and authenticated) on first use.
+    async fn member(&self, at: usize) -> Result<ec::Client, Failed> {
+        let member = &self.members[at];
+        let mut slot = member.client.lock().await;
+        if let Some(client) = &*slot {
+            return Ok(client.clone());
+        }
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let uri = format!("{scheme}://{}", member.endpoint);
+        let mut endpoint = tonic::transport::Endpoint::from_shared(uri)
+            .map_err(|e| Failed::Final(format!("{}: {e}", member.endpoint)))?
+            .connect_timeout(ATTEMPT_TIMEOUT)
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| Failed::Final(format!("{}: TLS: {}", member.endpoint, chain(&e))))?;
+        }
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| self.transport_failure(&member.endpoint, &chain(&e)))?;
+        let mut options = ec::ConnectOptions::new().with_auto_token_refresh(true);
+        if let Some((user, password)) = &self.credentials {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        // Authenticates when there are credentials: a wrong password or an
+        // etcd without authentication is reported here.
+        let client = ec::Client::from_channel(ec::Channel::Tonic(channel), Some(options))
+            .await
+            .map_err(|e| self.failure(&member.endpoint, &e))?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Runs `op` on the preferred member, then on each other one, until one
+    /// answers, a failure is final, or `deadline` passes.
+    async fn call<T, F, Fut>(&self, what: &str, deadline: Instant, op: F) -> Result<T, EtcdError>
+    where
+        F: Fn(ec::Client) -> Fut,
+        Fut: Future<Output = Result<T, ec::Error>>,
+    {
+        let n = self.members.len();
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut failures = Vec::new();
+        for i in 0..n {
+            let at = (first + i) % n;
+            let endpoint = &self.members[at].endpoint;
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                failures.push(format!("{endpoint}: not tried, out of time"));
+                break;
+            };
+            let attempt = async {
+                let client = self.member(at).await?;
+                op(client).await.map_err(|e| self.failure(endpoint, &e))
+            };
+            // Time for the members still to try, shared: one that never
+            // answers must leave the others enough of the deadline.
+            let share = (left / u32::try_from(n - i).unwrap_or(1)).max(Duration::from_millis(100));
+            let share = share.min(ATTEMPT_TIMEOUT).min(left);
+            match tokio::time::timeout(share, attempt).await {
+                Ok(Ok(answer)) => {
+                    self.preferred.store(at, Ordering::Relaxed);
+                    return Ok(answer);
+                }
+                Ok(Err(Failed::Final(message))) => return Err(error(message)),
+                Ok(Err(Failed::Member(message))) => failures.push(message),
+                Err(_) => failures.push(format!(
+                    "{endpoint}: no answer to the {what} within {} ms",
+                    share.as_millis()
+                )),
+            }
+        }
+        // Start the next call elsewhere.
+        self.preferred.store((first + 1) % n, Ordering::Relaxed);
+        Err(error(format!(
+            "cannot reach etcd ({})",
+            failures.join("; ")
+        )))
+    }
+
+    /// One round of the wait: find the newest key older than ours; none
+    /// means the lock is ours (`Ok(true)`); else watch it until it is
+    /// deleted (`Ok(false)`: look again).
+    async fn wait_round(
+        &self,
+        name: &str,
+        ours: &str,
+        revision: &mut Option<i64>,
+    ) -> Result<bool, Failed> {
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        let mine = match *revision {
+            Some(r) => r,
+            None => {
+                let key = ours.to_owned();
+                let answer = self
+                    .call("range", deadline, move |mut c| {
+                        let key = key.clone();
+                        async move { c.get(key, None).await }
+                    })
+                    .await
+                    .map_err(|e| Failed::Member(e.message))?;
+                let Some(kv) = answer.kvs().first() else {
+                    return Err(Failed::Final(format!(
+                        "our lock key {ours} is gone from etcd (its lease expired or it was deleted)"
+                    )));
+                };
+                *revision = Some(kv.create_revision());
+                kv.create_revision()
+            }
+        };
+        let prefix = format!("{name}/");
+        let answer = self
+            .call("range", deadline, move |mut c| {
+                let prefix = prefix.clone();
+                async move {
+                    c.get(
+                        prefix,
+                        Some(
+                            ec::GetOptions::new()
+                                .with_prefix()
+                                .with_max_create_revision(mine - 1)
+                                .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
+                                .with_limit(1),
+                        ),
+                    )
+                    .await
+                }
+            })
+            .await
+            .map_err(|e| Failed::Member(e.message))?;
+        let Some(ahead) = answer.kvs().first() else {
+            return Ok(true);
+        };
+        // Keys are only ever added behind ours (a later creation revision),
+        // so when the only key ahead is deleted, the lock is ours: no read
+        // again on the handoff's path.
+        let last_ahead = answer.count() == 1;
+        let read_at = answer.header().map_or(0, |h| h.revision());
+        let key = ahead.key().to_vec();
+        // The member that answered the read: watch there.
+        let at = self.preferred.load(Ordering::Relaxed);
+        let endpoint = &self.members[at].endpoint;
+        let mut client = self.member(at).await?;
+        let options = ec::WatchOptions::new().with_start_revision(read_at + 1);
+        let mut stream = tokio::time::timeout(ATTEMPT_TIMEOUT, client.watch(key, Some(options)))
+            .await
+            .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))?
+            .map_err(|e| self.failure(endpoint, &e))?;
+        let mut probe_sent: Option<Instant> = None;
+        loop {
+            let wait = match probe_sent {
+                Some(sent) => (sent + ATTEMPT_TIMEOUT).saturating_duration_since(Instant::now()),
+                None => WATCH_PROBE,
+            };
+            match tokio::time::timeout(wait, stream.message()).await {
+                Ok(Ok(Some(answer))) => {
+                    probe_sent = None;
+                    if answer.canceled() {
+                        // Compacted past our start, or the member is going
+                        // away: read again.
+                        return Ok(false);
+                    }
+                    if answer
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == ec::EventType::Delete)
+                    {
+                        return Ok(last_ahead);
+                    }
+                }
+                Ok(Ok(None)) => {
+                    return Err(Failed::Member(format!("{endpoint}: the watch ended")));
+                }
+                Ok(Err(e)) => return Err(self.failure(endpoint, &e)),
+                Err(_) if probe_sent.is_some() => {
+                    // Silent past a progress request: stopped or cut off.
+                    self.preferred
+                        .store((at + 1) % self.members.len(), Ordering::Relaxed);
+                    return Err(Failed::Member(format!(
+                        "{endpoint}: no answer to a watch progress request"
+                    )));
+                }
+                Err(_) => {
+                    stream
+                        .request_progress()
+                        .await
+                        .map_err(|e| self.failure(endpoint, &e))?;
+                    probe_sent = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Sorts an etcd client error into one that another member may not
+    /// have and one that every member would give, with words a person can
+    /// act on.
+    fn failure(&self, endpoint: &str, e: &ec::Error) -> Failed {
+        match e {
+            ec::Error::GRpcStatus(status) => {
+                use tonic::Code;
+                let message = status.message();
+                let code = status.code();
+                let text = match (code, message) {
+                    (_, m) if m.contains("authentication failed") => format!(
+                        "etcd refused user '{}' with the password from {} ({m})",
+                        self.access.user.as_deref().unwrap_or("?"),
+                        self.access
+                            .password
+                            .as_ref()
+                            .map_or_else(|| "nowhere".into(), Password::source),
+                    ),
+                    (_, m) if m.contains("authentication is not enabled") => format!(
+                        "--user was given but this etcd has no authentication enabled ({m}); drop --user, or enable auth in etcd"
+                    ),
+                    (_, m) if m.contains("permission denied") => format!(
+                        "etcd denied user '{}' access to the lock's keys ({m}): the user was revoked, or its role lacks readwrite on the lock name's prefix",
+                        self.access
+                            .user
+                            .as_deref()
+                            .or(self
+                                .access
+                                .cert
+                                .as_ref()
+                                .map(|_| "from the client certificate"))
+                            .unwrap_or("(none)")
+                    ),
+                    (_, m)
+                        if m.contains("user name is empty")
+                            || m.contains("user name not found") =>
+                    {
+                        format!(
+                            "etcd requires authentication ({m}): give --user NAME (or a client certificate whose CN is an etcd user)"
+                        )
+                    }
+                    (_, m) if m.contains("invalid auth token") => format!(
+                        "etcd refused the authentication token and a new one could not be had ({m})"
+                    ),
+                    (Code::Unavailable | Code::Unknown, m) => {
+                        return self.transport_failure(endpoint, &status_chain(status, m));
+                    }
+                    (
+                        Code::DeadlineExceeded | Code::Aborted | Code::Internal | Code::Cancelled,
+                        m,
+                    ) => {
+                        return Failed::Member(format!("{endpoint}: {m}"));
+                    }
+                    (_, m) => m.to_owned(),
+                };
+                Failed::Final(format!("{endpoint}: {text}"))
+            }
+            ec::Error::TransportError(t) => self.transport_failure(endpoint, &chain(t)),
+            ec::Error::LeaseKeepAliveError(m) | ec::Error::WatchError(m) => {
+                Failed::Member(format!("{endpoint}: {m}"))
+            }
+            other => Failed::Member(format!("{endpoint}: {}", chain(other))),
+        }
+    }
+
+    /// A failure below gRPC: connecting, TLS, HTTP/2. TLS failures are
+    /// final and explained with the file involved; the rest is the member.
+    fn transport_failure(&self, endpoint: &str, text: &str) -> Failed {
+        let a = &self.access;
+        let ca = a.cacert.as_ref().map_or_else(
+            || "the system's trusted roots".to_owned(),
+            |f| format!("the CA in {}", f.display()),
+        );
+        let cert = a.cert.as_ref().map_or_else(
+            || "none was given (--cert/--key)".to_owned(),
+            |f| f.display().to_string(),
+        );
+        let reason = if text.contains("UnknownIssuer") || text.contains("unknown issuer") {
+            format!("TLS: the server's certificate is not signed by {ca}")
+        } else if text.contains("NotValidForName") || text.contains("not valid for name") {
+            format!(
+                "TLS: the server's certificate is not valid for this host name or address (checked against {ca})"
+            )
+        } else if text.contains("Expired") || text.contains("expired") {
+            "TLS: a certificate has expired".to_owned()
+        } else if text.contains("CertificateRequired") || text.contains("certificate required") {
+            format!("TLS: the server requires a client certificate; {cert}")
+        } else if text.contains("BadCertificate")
+            || text.contains("UnknownCA")
+            || text.contains("UnknownCa")
+            || text.contains("bad certificate")
+            || text.contains("unknown ca")
+        {
+            format!("TLS: the server refused our client certificate {cert}")
+        } else if text.contains("InvalidContentType")
+            || text.contains("corrupt message")
+            || text.contains("CorruptMessage")
+        {
+            "TLS: the server does not speak TLS here (a plain-HTTP endpoint? then drop https and --cacert/--cert/--key)".to_owned()
+        } else if self.tls.is_none() && text.contains("frame with invalid size") {
+            "no gRPC answer over plain HTTP; if this etcd serves TLS, use etcd+https:// or --cacert FILE".to_owned()
+        } else if self.tls.is_none()
+            && (text.contains("broken pipe") || text.contains("connection reset"))
+        {
+            // A member going away, or a TLS port refusing plain HTTP: the
+            // same closed connection. Another member may answer.
+            return Failed::Member(format!(
+                "{endpoint}: connection closed ({text}); if this etcd serves TLS, use etcd+https:// or --cacert FILE"
+            ));
+        } else if self.tls.is_some()
+            && (text.contains("broken pipe") || text.contains("connection reset"))
+        {
+            // TLS 1.3 finishes the client's side of the handshake before the
+            // server checks the client certificate: a refusal arrives as a
+            // closed connection on the first request.
+            let ours = match &a.cert {
+                Some(file) => format!("it refused ours ({})", file.display()),
+                None => "none was given (--cert/--key)".to_owned(),
+            };
+            return Failed::Member(format!(
+                "{endpoint}: the server closed the connection after the TLS handshake; if it requires a client certificate, {ours} ({text})"
+            ));
+        } else {
+            return Failed::Member(format!("{endpoint}: {text}"));
+        };
+        Failed::Final(format!("{endpoint}: {reason} ({})", text.trim()))
+    }
+}
+
+/// The range options for the oldest key under a prefix.
+fn oldest() -> ec::GetOptions {
+    ec::GetOptions::new()
+        .with_prefix()
+        .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
+        .with_limit(1)
+}
+
+/// An error with its causes, each once: TLS failures are three or four
+/// layers down in tonic's errors.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn status_chain(status: &tonic::Status, message: &str) -> String {
+    match std::error::Error::source(status) {
+        Some(cause) => {
+            let causes = chain(cause);
+            if message.contains(&causes) {
+                message.to_owned()
+            } else {
+                format!("{message}: {causes}")
+            }
+        }
+        None => message.to_owned(),
+    }
+}
+
+/// The TLS configuration: server verification always on (the given CA,
+/// else the system's roots), a client certificate if one is given.
+fn tls_options(access: &Access) -> Result<ec::TlsOptions, EtcdError> {
+    let mut tls = ec::TlsOptions::new().assume_http2(true);
+    tls = match &access.cacert {
+        Some(file) => {
+            let pem = read_pem(file, "CA certificate", "CERTIFICATE")?;
+            tls.ca_certificate(ec::Certificate::from_pem(pem))
+        }
+        None => tls.with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&access.cert, &access.key) {
+        let cert = read_pem(cert, "client certificate", "CERTIFICATE")?;
+        let key = read_pem(key, "client key", "PRIVATE KEY")?;
+        tls = tls.identity(ec::Identity::from_pem(cert, key));
+    }
+    Ok(tls)
+}
+
+/// A PEM file's content, checked to hold at least one `what` block, so a
+/// wrong or empty file is named here rather than lost in a TLS error.
+fn read_pem(file: &std::path::Path, role: &str, what: &str) -> Result<Vec<u8>, EtcdError> {
+    let pem = std::fs::read(file)
+        .map_err(|e| error(format!("cannot read the {role} {}: {e}", file.display())))?;
+    let text = String::from_utf8_lossy(&pem);
+    if !text.contains("-----BEGIN ")
+        || !text
+            .lines()
+            .any(|l| l.starts_with("-----BEGIN ") && l.contains(what))
+    {
+        return Err(error(format!(
+            "the {role} {} is not a PEM file with a {what} block",
+            file.display()
+        )));
+    }
+    Ok(pem)
+}
+
+fn read_password(password: &Password) -> Result<String, EtcdError> {
+    match password {
+        Password::Env { value, .. } => Ok(value.clone()),
+        Password::File(file) => {
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                error(format!(
+                    "cannot read the password file {}: {e}",
+                    file.display()
+                ))
+            })?;
+            // The first line, as written by `echo secret > file`.
+            Ok(text.lines().next().unwrap_or("").to_owned())
+        }
     }
 }
 
@@ -249,58 +858,6 @@ pub fn key_for(name: &str, lease: i64) -> String {
     format!("{name}/{lease:x}")
 }
 
-/// The range request for the oldest key under `NAME/`.
-fn range_first(name: &str) -> Value {
-    let prefix = format!("{name}/");
-    let mut end = prefix.clone().into_bytes();
-    // The prefix ends in '/', so the last byte can always be incremented.
-    if let Some(last) = end.last_mut() {
-        *last += 1;
-    }
-    json!({
-        "key": b64(&prefix),
-        "range_end": base64::encode(&end),
-        "sort_order": "ASCEND",
-        "sort_target": "CREATE",
-        "limit": "1",
-    })
-}
-
-fn b64(text: &str) -> String {
-    base64::encode(text.as_bytes())
-}
-
 fn malformed(what: &str) -> EtcdError {
-    EtcdError {
-        message: format!("unexpected answer from etcd: {what}"),
-    }
-}
-
-/// The gateway writes 64-bit integers as strings.
-fn int(value: &Value) -> Option<i64> {
-    match value {
-        Value::String(s) => s.parse().ok(),
-        Value::Number(n) => n.as_i64(),
-        _ => None,
-    }
-}
-
-fn kvs(range: &Value) -> Vec<Kv> {
-    let Some(list) = range["kvs"].as_array() else {
-        return Vec::new();
-    };
-    list.iter()
-        .filter_map(|kv| {
-            let key = base64::decode(kv["key"].as_str()?)?;
-            Some(Kv {
-                key: String::from_utf8_lossy(&key).into_owned(),
-                value: kv["value"]
-                    .as_str()
-                    .and_then(base64::decode)
-                    .unwrap_or_default(),
-                create_revision: int(&kv["create_revision"])?,
-                lease: int(&kv["lease"]).unwrap_or(0),
-            })
-        })
-        .collect()
+    error(format!("unexpected answer from etcd: {what}"))
 }

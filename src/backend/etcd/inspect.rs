@@ -9,13 +9,21 @@
 
 use super::EtcdUrl;
 use super::client::{CALL_TIMEOUT, Client};
+use crate::identity::{self, Liveness};
 use crate::inspect::{EtcdLock, Holder, Report, State};
 use crate::record::Record;
 use std::time::Instant;
 
 pub fn inspect(url: &EtcdUrl) -> Report {
-    let client = Client::new(url.endpoints.clone());
     let mut report = Report::free(url.text.clone());
+    let client = match Client::new(url) {
+        Ok(client) => client,
+        Err(e) => {
+            report.state = State::Unknown;
+            report.reason = Some(e.message);
+            return report;
+        }
+    };
     match client.owner(&url.name) {
         Err(e) => {
             report.state = State::Unknown;
@@ -27,12 +35,22 @@ pub fn inspect(url: &EtcdUrl) -> Report {
             report.record = Record::parse(&owner.value);
             report.record_holder_alive = Some(true);
             if let Some(record) = &report.record {
-                report.holders = vec![Holder {
-                    pid: record.pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0),
-                    mode: "exclusive",
-                    command: record.command.clone(),
-                    locked_by: None,
-                }];
+                report.record_holder_alive = Some(lease_keeper_alive(record));
+                // A key that got the lock while its lockrun was still queued
+                // (or gone) has no command yet: no pid to name, never 0.
+                if let Some(pid) = record
+                    .pid
+                    .and_then(|p| i32::try_from(p).ok())
+                    .filter(|&p| p > 0)
+                {
+                    report.holders = vec![Holder {
+                        pid,
+                        mode: "exclusive",
+                        command: record.command.clone(),
+                        locked_by: None,
+                        span: None,
+                    }];
+                }
             }
             report.etcd = Some(EtcdLock {
                 key: owner.key,
@@ -50,4 +68,18 @@ pub fn inspect(url: &EtcdUrl) -> Report {
         }
     }
     report
+}
+
+/// Whether the lockrun that renews the holder's lease is alive. The key
+/// exists, so etcd counts the lease as alive; but a lockrun that died (or
+/// left while queued, during an outage) keeps the lock for up to a TTL
+/// with nobody running. On this host that can be seen: its pid is gone.
+/// Elsewhere, the lease is the only evidence, and it says alive.
+fn lease_keeper_alive(record: &Record) -> bool {
+    let keeper = Record {
+        pid: record.lockrun_pid,
+        pid_start: None,
+        ..record.clone()
+    };
+    identity::record_holder(&keeper) != Liveness::Dead
 }

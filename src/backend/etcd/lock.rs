@@ -76,7 +76,7 @@ fn unavailable(label: &str, e: &EtcdError) -> Failure {
 
 impl EtcdBackend {
     fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
-        let client = Client::new(opts.url.endpoints.clone());
+        let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
         let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);
         // The waiting key carries who waits, so `holder` can name a
@@ -231,6 +231,7 @@ impl Backend for EtcdBackend {
             name: self.name,
             key,
             revision,
+            last: None,
         })
     }
 }
@@ -243,6 +244,8 @@ pub struct EtcdHeld {
     name: String,
     key: String,
     revision: i64,
+    /// The record to leave under NAME at the release.
+    last: Option<Vec<u8>>,
 }
 
 impl Held for EtcdHeld {
@@ -260,14 +263,9 @@ impl Held for EtcdHeld {
     fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
         if released {
             // The last holder's record outlives the lease under NAME itself,
-            // so a free lock still tells who ran last and how it ended.
-            if self.session.lost().is_none() {
-                let _ = self.client.put(
-                    &self.name,
-                    &record.to_line(),
-                    Instant::now() + CLEANUP_TIMEOUT,
-                );
-            }
+            // so a free lock still tells who ran last and how it ended; it
+            // goes with the release, in one call.
+            self.last = Some(record.to_line());
         } else {
             // A failure here means the key is gone: the session notices and
             // stops the command.
@@ -288,9 +286,13 @@ impl Held for EtcdHeld {
 
     fn release(self) -> Result<(), String> {
         let lost = self.session.finish();
+        let last = match (&lost, &self.last) {
+            (None, Some(line)) => Some((self.name.as_str(), line.as_slice())),
+            _ => None,
+        };
         let revoked = self
             .client
-            .revoke(self.lease, Instant::now() + CLEANUP_TIMEOUT);
+            .release(self.lease, last, Instant::now() + CLEANUP_TIMEOUT);
         if let Some(reason) = lost {
             return Err(reason);
         }

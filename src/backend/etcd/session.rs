@@ -121,14 +121,27 @@ fn keep_alive(shared: &Shared, client: &Client, lease: i64, ttl: Duration, grace
             }
         }
         let sent = Instant::now();
-        // Never wait for an answer past the moment the lease may expire.
-        let deadline = valid_until.max(sent + Duration::from_millis(50));
+        // Holding, never wait for an answer past the moment the lease may
+        // expire; waiting, give each round time to reach some member.
+        let floor = if holding(shared) {
+            Duration::from_millis(50)
+        } else {
+            Duration::from_secs(2)
+        };
+        let deadline = valid_until.max(sent + floor);
         let verdict = match client.keepalive(lease, deadline) {
             Ok(Some(granted)) => {
                 valid_until = sent + granted;
                 check_key(shared, client, valid_until)
             }
             Ok(None) => Err("etcd says the lease has expired".to_owned()),
+            // Before the lock is held, silence proves nothing: etcd may be
+            // down as a whole, and then restores every lease with a fresh
+            // TTL when it comes back. A waiter that left now would leave its
+            // key queued, holding the lock for a TTL with nobody running; it
+            // stays in the queue until etcd says the lease is gone (or its
+            // own deadline or a signal ends the wait).
+            Err(_) if !holding(shared) => Ok(false),
             Err(e) if Instant::now() >= valid_until => Err(format!(
                 "the lease could not be renewed for its whole TTL ({}s), so etcd may have given the lock to another holder: {e}",
                 ttl.as_secs()
@@ -137,10 +150,14 @@ fn keep_alive(shared: &Shared, client: &Client, lease: i64, ttl: Duration, grace
         };
         match verdict {
             Ok(true) => next = sent + interval,
-            Ok(false) => next = (Instant::now() + RETRY).min(valid_until),
+            Ok(false) => next = (Instant::now() + RETRY).min(valid_until.max(Instant::now())),
             Err(reason) => return enforce(shared, reason, grace),
         }
     }
+}
+
+fn holding(shared: &Shared) -> bool {
+    shared.lock().held.is_some()
 }
 
 /// Ok(true): fine; Ok(false): could not tell (retry soon); Err: lost.

@@ -8,16 +8,17 @@
 use super::FileBackend;
 use crate::display;
 use crate::exit_codes::{self, Failure};
-use crate::lock::{LockFile, LockMode};
+use crate::lock::{self, LockFile, LockKind, LockMode};
+use crate::persona;
 use crate::run::wait::{self, NotAcquired, Silent, WaitPolicy};
-use std::fs::File;
-use std::os::fd::{BorrowedFd, FromRawFd};
-use std::path::PathBuf;
+use std::path::Path;
 
 #[derive(Debug, Clone)]
 pub struct FdOptions {
     pub fd: i32,
     pub mode: LockMode,
+    /// flock(2), or an OFD lock (`--fcntl`, `--start`, `--length`).
+    pub kind: LockKind,
     pub wait: WaitPolicy,
     pub unlock: bool,
     pub conflict_status: u8,
@@ -27,42 +28,36 @@ pub struct FdOptions {
 
 pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
     let label = format!("descriptor {}", opts.fd);
-    // SAFETY: only borrowed to check that it is open.
-    let open =
-        opts.fd >= 0 && rustix::io::fcntl_getfd(unsafe { BorrowedFd::borrow_raw(opts.fd) }).is_ok();
-    if !open {
-        return Err(Failure::new(
-            exit_codes::NO_INPUT,
-            format!("{label} is not open (open it in the shell first, e.g. `9>/var/lock/x`)"),
-        ));
-    }
-    // SAFETY: the descriptor is open and we are its only user in this
-    // process; closing our copy at exit leaves the caller's copy (and the
-    // lock on the shared open file description) alone.
-    let file = unsafe { File::from_raw_fd(opts.fd) };
-    let lock = LockFile::from_inherited(file, PathBuf::from(&label));
+    // The caller lent us the descriptor: lockrun works on a duplicate and
+    // never closes (or changes) the caller's, be it 9 or stdout.
+    let lock = LockFile::lend(opts.fd, Path::new(&label), opts.kind, true)
+        .map_err(|e| lock::lend_failure(opts.fd, &e))?;
     if opts.unlock {
         lock.unlock().map_err(|e| {
-            Failure::new(exit_codes::OS_ERROR, format!("cannot unlock {label}: {e}"))
+            Failure::new(
+                persona::lock_failed(exit_codes::OS_ERROR),
+                format!("cannot unlock {label}: {e}"),
+            )
         })?;
         return Ok(0);
     }
-    let mut backend = FileBackend::lent(lock, opts.mode, label.clone());
+    let mut backend = FileBackend::lent(lock, opts.mode, label.clone(), opts.fd.to_string());
     match wait::acquire(&mut backend, opts.wait, &mut Silent) {
         Ok(waited) => {
             if opts.verbose {
-                eprintln!(
-                    "lockrun: took the {} lock on {label} after {}",
-                    opts.mode.as_str(),
-                    display::span(waited)
-                );
+                persona::say_acquired(opts.mode, &label, waited);
             }
             Ok(0)
         }
         Err(NotAcquired::Busy { waited }) => {
+            persona::say_not_acquired(opts.verbose, waited);
             if !opts.quiet {
-                let holder = crate::progress::conflict_holder(backend.lock(), &label);
-                eprintln!("lockrun: {}", display::busy(&label, &holder, waited));
+                // Named by the file behind the descriptor, so that the
+                // `lockrun holder FILE` hint works.
+                let file = lock::describe_fd(opts.fd);
+                let file = display::escape(&file.to_string_lossy());
+                let holder = crate::progress::conflict_holder(backend.lock(), &file);
+                eprintln!("lockrun: {}", display::busy(&file, &holder, waited));
             }
             Ok(opts.conflict_status)
         }

@@ -6,11 +6,12 @@ pub mod lock;
 
 use super::{Backend, Capabilities, Held};
 use crate::exit_codes::{self, Failure};
+use crate::persona;
 use crate::progress;
 use crate::record::{self, Record};
 use crate::run::RunOptions;
 use crate::run::wait::{Blocking, Contender};
-use lock::{LockFile, LockMode};
+use lock::{LockFile, LockMode, LockSpec};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -20,25 +21,41 @@ pub struct FileBackend {
     label: String,
     /// `-o`: whether the command inherits the descriptor.
     inherit: bool,
+    /// The path the lock was opened by, to open it again if the file is
+    /// replaced while we wait; `None` for a lent descriptor.
+    path: Option<std::path::PathBuf>,
+    spec: LockSpec,
+    verbose: bool,
+    /// A lent descriptor's number, which flock(1) names in its messages.
+    lent_fd: Option<String>,
 }
 
 impl FileBackend {
     pub fn open(opts: &RunOptions) -> Result<FileBackend, Failure> {
         Ok(FileBackend {
-            lock: LockFile::open(&opts.path, !opts.close_before_exec)?,
+            lock: LockFile::open_for(&opts.path, opts.lock, opts.mode, !opts.close_before_exec)?,
             mode: opts.mode,
             label: crate::display::escape(&opts.path.to_string_lossy()),
             inherit: !opts.close_before_exec,
+            // A lent descriptor (`--fd`) is never opened again by path.
+            path: opts.lock.fd.is_none().then(|| opts.path.clone()),
+            spec: opts.lock,
+            verbose: opts.verbose,
+            lent_fd: None,
         })
     }
 
     /// A lock on a descriptor lockrun was lent (fd mode).
-    pub fn lent(lock: LockFile, mode: LockMode, label: String) -> FileBackend {
+    pub fn lent(lock: LockFile, mode: LockMode, label: String, fd: String) -> FileBackend {
         FileBackend {
             lock,
             mode,
             label,
             inherit: true,
+            path: None,
+            spec: LockSpec::default(),
+            verbose: false,
+            lent_fd: Some(fd),
         }
     }
 
@@ -47,15 +64,26 @@ impl FileBackend {
     }
 }
 
-fn os_error(lock: &LockFile, e: &std::io::Error) -> Failure {
-    Failure::io(exit_codes::OS_ERROR, "cannot lock", lock.path(), e)
+fn os_error(lock: &LockFile, lent_fd: Option<&str>, e: &std::io::Error) -> Failure {
+    if let (Some(fd), true) = (lent_fd, persona::is_flock()) {
+        return Failure::new(
+            persona::lock_failed(exit_codes::OS_ERROR),
+            format!("{fd}: {}", persona::strerror(e)),
+        );
+    }
+    Failure::io(
+        persona::lock_failed(exit_codes::OS_ERROR),
+        "cannot lock",
+        lock.path(),
+        e,
+    )
 }
 
 impl Contender for FileBackend {
     fn try_acquire(&mut self) -> Result<bool, Failure> {
         self.lock
             .try_lock(self.mode)
-            .map_err(|e| os_error(&self.lock, &e))
+            .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e))
     }
 
     fn blocking(&mut self) -> Result<Blocking, Failure> {
@@ -64,10 +92,12 @@ impl Contender for FileBackend {
         let dup = self
             .lock
             .duplicate()
-            .map_err(|e| os_error(&self.lock, &e))?;
+            .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e))?;
         let mode = self.mode;
+        let lent_fd = self.lent_fd.clone();
         Ok(Box::new(move || {
-            dup.lock(mode).map_err(|e| os_error(&dup, &e))
+            dup.lock(mode)
+                .map_err(|e| os_error(&dup, lent_fd.as_deref(), &e))
         }))
     }
 
@@ -75,12 +105,32 @@ impl Contender for FileBackend {
         Some(
             self.lock
                 .lock(self.mode)
-                .map_err(|e| os_error(&self.lock, &e)),
+                .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e)),
         )
     }
 
     fn undo(&mut self) {
         let _ = self.lock.unlock();
+    }
+
+    /// The classic lock-file loop: a lock taken on an inode that is no
+    /// longer at the path (replaced or deleted while we waited) excludes
+    /// nobody who opens the path now, so let it go and open the path again.
+    fn confirm(&mut self) -> Result<bool, Failure> {
+        let Some(path) = &self.path else {
+            return Ok(true);
+        };
+        if self.lock.is_at(path) {
+            return Ok(true);
+        }
+        if self.verbose {
+            eprintln!(
+                "lockrun: {} was replaced or deleted while lockrun waited; locking the file now at that path",
+                self.label
+            );
+        }
+        self.lock = LockFile::open_for(path, self.spec, self.mode, self.inherit)?;
+        Ok(false)
     }
 
     fn holder(&mut self) -> Option<String> {
@@ -103,7 +153,7 @@ impl Backend for FileBackend {
     }
 
     fn failure_status(&self) -> u8 {
-        exit_codes::OS_ERROR
+        persona::lock_failed(exit_codes::OS_ERROR)
     }
 
     fn give_up(self) {}
@@ -129,6 +179,8 @@ impl Backend for FileBackend {
             lock: self.lock,
             record_file,
             inherit: self.inherit,
+            label: self.label,
+            verbose,
         })
     }
 }
@@ -138,6 +190,8 @@ pub struct FileHeld {
     /// The writable descriptor for the record, when one may be written.
     record_file: Option<File>,
     inherit: bool,
+    label: String,
+    verbose: bool,
 }
 
 impl Held for FileHeld {
@@ -145,20 +199,35 @@ impl Held for FileHeld {
         self.record_file.as_ref().map(|f| f.as_fd())
     }
 
-    fn store_record(&mut self, record: &Record, _released: bool) -> Result<(), String> {
+    fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
         let Some(file) = &self.record_file else {
             return Ok(());
         };
+        let len_now = file.metadata().map(|m| m.len()).ok();
+        if !released {
+            // -F: our own record, written before the exec.
+            return crate::run::signals::tolerating_file_size_limit(|| {
+                record::write(file, &record.to_line(), len_now)
+            })
+            .map_err(|e| e.to_string());
+        }
         // An empty file here means the command's process could not write
         // the record and has already said so: one warning is enough.
-        let len_now = file.metadata().map(|m| m.len()).ok();
-        if len_now == Some(0) && record.released_at.is_some() {
+        if len_now == Some(0) {
             return Err(String::new());
         }
-        crate::run::signals::tolerating_file_size_limit(|| {
-            record::write(file, &record.to_line(), len_now)
-        })
-        .map_err(|e| e.to_string())
+        match crate::run::signals::tolerating_file_size_limit(|| {
+            record::write_release(file, record)
+        }) {
+            Ok(record::Release::Written) => Ok(()),
+            Ok(record::Release::LeftAlone(why)) => {
+                if self.verbose {
+                    eprintln!("lockrun: left {} as the command left it: {why}", self.label);
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn inheritors(&self) -> Option<crate::run::supervise::Inheritors> {
@@ -167,11 +236,11 @@ impl Held for FileHeld {
         }
         let (dev, ino) = self.lock.identity();
         let me = std::process::id() as i32;
-        Some(Box::new(move || {
+        Some(Box::new(move |command| {
             crate::platform::fd_holders(dev, ino)
                 .0
                 .into_iter()
-                .filter(|h| h.caller == me && h.pid != me)
+                .filter(|h| h.caller == me && h.pid != me && h.pid != command)
                 .map(|h| h.pid)
                 .collect()
         }))

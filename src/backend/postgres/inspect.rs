@@ -160,6 +160,7 @@ fn look(url: &PgUrl, target: &Target) -> Report {
                 mode: "exclusive",
                 command: record.command.clone(),
                 locked_by: None,
+                span: None,
             }];
         } else if holder.query.as_deref() == Some("<insufficient privilege>") {
             report.reason = Some(

@@ -1,0 +1,237 @@
+//! flock(1) 2.41/2.42 and master options (issue 19 item 3): `--fcntl` (open
+//! file description locks), `--start`/`--length` (byte ranges) and
+//! `--fd N COMMAND`. flock 2.38 has none of them, so the locks are checked
+//! against what a Python fcntl/lockf user sees: an OFD lock excludes
+//! lockf(), flock(2) locks do not, and a range lock leaves the other bytes
+//! free.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+const LOCKF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/lockf.py");
+
+fn python() -> bool {
+    needs("python3", "the fcntl/lockf side of --fcntl tests")
+}
+
+/// `lockf.py L try START LEN` run by the command lockrun starts, so while
+/// lockrun holds its lock.
+fn lockf_under(args: &[&str], lock: &Path, tries: &[(u64, u64)]) -> String {
+    let script: String = tries
+        .iter()
+        .map(|(start, len)| format!("python3 {LOCKF} \"$L\" try {start} {len}; "))
+        .collect();
+    let out = lockrun()
+        .args(args)
+        .arg(lock)
+        .args(["sh", "-c", &script])
+        .env("L", lock)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn an_fcntl_lock_excludes_lockf_and_a_flock_lock_does_not() {
+    if !python() {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    assert_eq!(lockf_under(&["--fcntl"], &lock, &[(0, 0)]), "busy");
+    assert_eq!(lockf_under(&["--fcntl", "-s"], &lock, &[(0, 0)]), "busy");
+    assert_eq!(lockf_under(&[], &lock, &[(0, 0)]), "free");
+    // The record is still written with an exclusive --fcntl lock.
+    assert_eq!(record_json(&lock)["exit"], serde_json::json!({"code": 0}));
+}
+
+#[test]
+fn a_range_lock_leaves_the_other_bytes_free() {
+    if !python() {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let tries = [(10, 5), (0, 10), (15, 0), (14, 1), (9, 2)];
+    assert_eq!(
+        lockf_under(&["--start", "10", "--length", "5"], &lock, &tries),
+        "busy free free busy busy"
+    );
+    // Length 0: from START to the end of the file, however long it grows.
+    let tries = [(0, 100), (100, 1), (1 << 40, 1)];
+    assert_eq!(
+        lockf_under(&["--start", "100", "--length", "0"], &lock, &tries),
+        "free busy busy"
+    );
+    // --length alone starts at 0; sizes take suffixes.
+    let tries = [(1023, 1), (1024, 1)];
+    assert_eq!(lockf_under(&["--length", "1K"], &lock, &tries), "busy free");
+}
+
+#[test]
+fn an_fcntl_lock_waits_for_a_lockf_holder_in_the_kernel() {
+    if !python() {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut cmd = Command::new("python3");
+    cmd.args([LOCKF, lock.to_str().unwrap(), "hold", "0", "0"]);
+    let mut holder = Background::spawn(cmd);
+    holder.expect_ready();
+
+    lockrun()
+        .args(["--fcntl", "-n"])
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .code(75);
+    lockrun()
+        .args(["--fcntl", "-w", "0.05"])
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .code(75);
+    lockrun()
+        .args(["--fcntl", "-n", "--start", "1"])
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .code(75);
+    // A flock(2) lock is another kind: not excluded.
+    lockrun()
+        .arg("-n")
+        .arg(&lock)
+        .arg("true")
+        .assert()
+        .success();
+
+    for args in [
+        &["--fcntl", "-w", "20"][..],
+        &["--fcntl"],
+        &["--fcntl", "--poll", "5ms"],
+    ] {
+        let mut cmd = std_lockrun();
+        cmd.args(args).arg(&lock).args(["echo", "got it"]);
+        let mut waiter = Background::spawn(cmd);
+        if args.contains(&"--poll") {
+            wait_asleep("the poller", waiter.pid());
+        } else {
+            wait_for("lockrun to block in F_OFD_SETLKW", || {
+                kernel_waiters(&lock) == 1
+            });
+        }
+        assert!(!waiter.has_exited(), "{args:?}: did not wait");
+        holder.release();
+        assert_eq!(waiter.line(BOUND).as_deref(), Some("got it"), "{args:?}");
+        assert!(waiter.wait_exit(BOUND).success(), "{args:?}");
+        let mut cmd = Command::new("python3");
+        cmd.args([LOCKF, lock.to_str().unwrap(), "hold", "0", "0"]);
+        holder = Background::spawn(cmd);
+        holder.expect_ready();
+    }
+}
+
+/// The kernel grants an exclusive fcntl lock only on a descriptor open for
+/// writing: lockrun opens the file read-write for it, and says so when it
+/// cannot (a read-only descriptor, a directory).
+#[test]
+fn an_exclusive_fcntl_lock_needs_write_access_and_says_so() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    std::fs::write(&lock, "").unwrap();
+    let sh = |script: &str| {
+        Command::new("sh")
+            .args(["-c", script])
+            .env("T", bin())
+            .env("L", &lock)
+            .env("D", dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = sh(r#"exec 3<"$L"; "$T" --fcntl 3"#);
+    assert_eq!(out.status.code(), Some(71), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("open for writing") && err.contains("-s"),
+        "{err}"
+    );
+    assert!(sh(r#"exec 3<"$L"; "$T" -s --fcntl 3"#).status.success());
+    assert!(sh(r#"exec 3<>"$L"; "$T" --fcntl 3"#).status.success());
+
+    let out = sh(r#""$T" --fcntl "$D" true"#);
+    assert_eq!(out.status.code(), Some(66), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("directory"));
+    assert!(sh(r#""$T" -s --fcntl "$D" true"#).status.success());
+}
+
+#[test]
+fn fd_then_command_locks_the_lent_descriptor_and_runs_the_command() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            r#"
+            exec 9>>"$L"
+            "$T" --fd 9 sh -c '"$T" -n "$L" true; echo "inner=$?"; echo "file=$LOCKRUN_LOCKFILE"; [ -e /proc/self/fd/9 ] && echo "has 9"'
+            echo "status=$?"
+            # The lock lives on with the shell's descriptor, as flock(1)'s.
+            "$T" --no-record -n "$L" true; echo "after=$?"
+            "$T" -u 9; "$T" --no-record -n "$L" true; echo "unlocked=$?"
+            "$T" --fd 9 -c 'echo "shell $0"'
+            "$T" -o --fd 9 sh -c '"$T" -n "$L" true; echo "o inner=$?"; [ -e /proc/self/fd/9 ] || echo "no 9"'
+            exec 9>&-
+            "$T" --fd 9 true; echo "closed=$?"
+            "#,
+        ])
+        .env("T", bin())
+        .env("L", &lock)
+        .env("SHELL", "/bin/sh")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let canonical = lock.canonicalize().unwrap();
+    assert_eq!(
+        stdout,
+        format!(
+            "inner=75\nfile={}\nhas 9\nstatus=0\nafter=75\nunlocked=0\nshell /bin/sh\no inner=75\nno 9\nclosed=66\n",
+            canonical.display()
+        ),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("descriptor 9 is not open"));
+    // No record in a lent descriptor's file.
+    assert_eq!(std::fs::read(&lock).unwrap(), b"");
+}
+
+/// fd mode's conflict message names the file behind the descriptor, so its
+/// `lockrun holder FILE` hint can be followed (issue 19 item 6).
+#[test]
+fn fd_mode_names_the_file_behind_the_descriptor_on_conflict() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = Command::new(bin())
+        .args(["--no-record"])
+        .arg(&lock)
+        .args(["sh", "-c", r#""$T" -n 9 9>>"$L""#])
+        .env("T", bin())
+        .env("L", &lock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = lock.canonicalize().unwrap();
+    assert!(
+        err.contains(&format!("`lockrun holder {}`", file.display())),
+        "{err}"
+    );
+}

@@ -1,0 +1,198 @@
+//! Inputs that used to crash lockrun or harm what it was given (issue 12
+//! items 10, 13, 16): durations too long for the clock, a zero poll
+//! interval, descriptors lent to fd mode, FIFOs named as lock files.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// `-w 1e19` is a wait of about 317 billion years: it used to overflow the
+/// deadline (a panic, exit 134) as soon as the lock was busy. Now any
+/// duration beyond 100 years counts as 100 years.
+#[test]
+fn a_huge_timeout_waits_and_takes_the_lock_when_released() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--no-record"], &lock, "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "1e19"]).arg(&lock).args(["echo", "got it"]);
+    let mut waiter = Background::spawn(cmd);
+    wait_for("the waiter to block", || {
+        kernel_waiters(&lock) == 1 || waiter.has_exited()
+    });
+    assert!(!waiter.has_exited(), "lockrun -w 1e19 ended while waiting");
+    holder.release();
+    assert_eq!(waiter.line(BOUND).as_deref(), Some("got it"));
+    assert!(waiter.wait_exit(BOUND).success());
+}
+
+#[test]
+fn a_huge_poll_interval_times_out_normally() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_holder, _) = Background::lockrun_holding(&["--no-record"], &lock, "echo ready; read x");
+    for args in [
+        &["--poll", "1e19", "-w", "0.05"][..],
+        &["--poll", "18446744073709551615", "-w", "0.05"],
+        &["-w", "0.05", "--poll", "1000000000y"],
+    ] {
+        let out = lockrun()
+            .args(args)
+            .arg(&lock)
+            .arg("true")
+            .output()
+            .unwrap();
+        assert!(
+            matches!(out.status.code(), Some(75 | 64)),
+            "{args:?}: {out:?} (a panic is 134)"
+        );
+    }
+}
+
+/// `--poll 0` used to retry without pause at 97% CPU.
+#[test]
+fn a_zero_poll_interval_is_a_usage_error() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    for interval in ["0", "0s", "0.0001", "10us"] {
+        lockrun()
+            .args(["--poll", interval])
+            .arg(&lock)
+            .arg("true")
+            .assert()
+            .code(64)
+            .stderr(predicates::str::contains("at least 1ms"));
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn an_etcd_lease_beyond_what_etcd_grants_is_a_usage_error() {
+    for ttl in ["1e10", "0", "0.5"] {
+        lockrun()
+            .args(["--ttl", ttl, "etcd://127.0.0.1:1/x", "true"])
+            .assert()
+            .code(64)
+            .stderr(predicates::str::contains("--ttl"));
+    }
+    lockrun()
+        .args([
+            "--kill-grace",
+            "1e19",
+            "--ttl",
+            "1e9",
+            "-n",
+            "etcd://127.0.0.1:1/x",
+            "true",
+        ])
+        .assert()
+        .code(69);
+}
+
+/// fd mode on a descriptor the caller lent (stdin, stdout, stderr or any
+/// other) must leave it open: lockrun works on a duplicate.
+#[test]
+fn fd_mode_never_closes_a_lent_descriptor() {
+    if !needs("strace", "to see which descriptors lockrun closes") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    std::fs::write(&lock, "").unwrap();
+    let trace = dir.path().join("trace");
+    for (fd, redirect) in [(0, "0<"), (1, "1<>"), (2, "2<>"), (9, "9<>")] {
+        for extra in [&[][..], &["-u"], &["-s", "--fcntl"]] {
+            let out = Command::new("sh")
+                .args([
+                    "-c",
+                    &format!(
+                        r#"strace -f -qq -e trace=close,close_range -o "$TRACE" "$T" {} {fd} {redirect}"$L""#,
+                        extra.join(" ")
+                    ),
+                ])
+                .env("T", bin())
+                .env("L", &lock)
+                .env("TRACE", &trace)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "lockrun {extra:?} {fd}: {out:?}");
+            let calls = std::fs::read_to_string(&trace).unwrap();
+            assert!(
+                !calls.lines().any(|l| l.contains(&format!("close({fd})"))),
+                "lockrun {extra:?} {fd} closed the descriptor it was lent:\n{calls}"
+            );
+        }
+    }
+}
+
+/// A FIFO named as the lock file is refused without being opened: opening
+/// it would wake a writer blocked on it, which then dies by SIGPIPE when
+/// lockrun closes it again.
+#[test]
+fn a_fifo_is_refused_without_waking_its_writer() {
+    let dir = temp_dir();
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // A writer blocked in open(2) until a reader comes.
+    let mut writer = Command::new("sh")
+        .args(["-c", r#"echo payload > "$P""#])
+        .env("P", &fifo)
+        .spawn()
+        .unwrap();
+    wait_asleep("the writer to block in open", writer.id() as i32);
+    for args in [&[][..], &["-n"], &["--fcntl"], &["-s"]] {
+        lockrun()
+            .args(args)
+            .arg(&fifo)
+            .arg("true")
+            .assert()
+            .code(77)
+            .stderr(predicates::str::contains("FIFO"));
+        // Woken, the writer would write into the closed FIFO and die by
+        // SIGPIPE; blocked, it is still there.
+        assert!(
+            writer.try_wait().unwrap().is_none(),
+            "lockrun {args:?}: the writer was woken (and killed by SIGPIPE)"
+        );
+    }
+    // The writer is still there for a real reader.
+    let out = Command::new("timeout")
+        .args(["10", "cat"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "payload\n");
+    assert!(writer.wait().unwrap().success());
+}
+
+/// Character devices are refused before being opened (opening
+/// /dev/watchdog arms it): seen in the system calls, no open of the device
+/// but the type probe (O_PATH).
+#[test]
+fn a_device_is_refused_without_being_opened() {
+    if !needs("strace", "to see what lockrun opens") {
+        return;
+    }
+    let dir = temp_dir();
+    let trace = dir.path().join("trace");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=open,openat", "-o"])
+        .arg(&trace)
+        .args([bin(), "/dev/null", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    let calls = std::fs::read_to_string(&trace).unwrap();
+    let opens: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.contains("\"/dev/null\""))
+        .collect();
+    assert!(
+        opens.iter().all(|l| l.contains("O_PATH")),
+        "lockrun opened the device:\n{}",
+        opens.join("\n")
+    );
+}

@@ -1,0 +1,118 @@
+//! `--max-time`: nothing that holds the lock outlives the limit, and
+//! nothing else is touched.
+
+mod common;
+
+use common::*;
+
+fn alive(pid: i32) -> bool {
+    !process_gone(pid) && process_state(pid) != Some('Z')
+}
+
+/// A background child that inherited the lock is stopped with the
+/// command, so the lock is free when lockrun exits 124: the case
+/// `timeout 1h flock L job` gets wrong.
+#[test]
+fn inheritors_are_stopped_and_the_lock_is_free() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut run, words) = Background::lockrun_holding(
+        &["--max-time", "300ms", "--kill-grace", "10s"],
+        &lock,
+        "sleep 60 & echo ready $!; wait",
+    );
+    let grandchild: i32 = words[0].parse().unwrap();
+    let status = run.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(124));
+    wait_for("the grandchild to be gone", || !alive(grandchild));
+    let record = record_json(&lock);
+    assert_eq!(record["max_time"], "300ms", "{record}");
+    assert_eq!(record["exit"]["max_time"], "300ms");
+    assert_eq!(record["exit"]["signal"], 15);
+    try_lock_now(&lock).success();
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = lockrun()
+        .args(["--max-time", "200ms", "--kill-grace", "200ms"])
+        .arg(&lock)
+        .args(["sh", "-c", "trap '' TERM; exec sleep 60"])
+        .assert()
+        .code(124);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("--max-time 200ms"), "{stderr}");
+    assert!(stderr.contains("SIGKILL"), "{stderr}");
+    let record = record_json(&lock);
+    assert_eq!(record["exit"]["signal"], 9);
+    try_lock_now(&lock).success();
+}
+
+#[test]
+fn an_unreached_limit_changes_nothing() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun()
+        .args(["--max-time", "1h"])
+        .arg(&lock)
+        .args(["sh", "-c", "exit 3"])
+        .assert()
+        .code(3)
+        .stderr("");
+    let record = record_json(&lock);
+    assert_eq!(record["max_time"], "1h");
+    assert_eq!(record["exit"], serde_json::json!({"code": 3}));
+}
+
+/// A daemon started with `-o` does not hold the lock: it is left alone,
+/// while the command itself is stopped.
+#[test]
+fn a_process_without_the_descriptor_is_left_alone() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut run, words) = Background::lockrun_holding(
+        &["-o", "--max-time", "300ms"],
+        &lock,
+        "sleep 60 & echo ready $!; wait",
+    );
+    let daemon: i32 = words[0].parse().unwrap();
+    assert_eq!(run.wait_exit(BOUND).code(), Some(124));
+    assert!(alive(daemon), "the daemon without the lock was stopped");
+    try_lock_now(&lock).success();
+    kill(daemon, "KILL");
+}
+
+/// Works through `-c` too, and a command that finishes first keeps its
+/// own status.
+#[test]
+fn shell_command_form_is_stopped() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    lockrun()
+        .args(["--max-time", "200ms"])
+        .arg(&lock)
+        .args(["-c", "sleep 60"])
+        .assert()
+        .code(124);
+    try_lock_now(&lock).success();
+}
+
+#[test]
+fn usage_errors() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    for args in [
+        vec!["-F", "--max-time", "1s"],
+        vec!["--max-time", "soon"],
+        vec!["--kill-grace", "1s"],
+    ] {
+        lockrun()
+            .args(&args)
+            .arg(&lock)
+            .arg("true")
+            .assert()
+            .code(64);
+    }
+}

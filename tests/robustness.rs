@@ -1,0 +1,133 @@
+//! Environments users bring: a lock file replaced while waiting, closed
+//! standard streams, a file-size limit, a timeout racing a release.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A waiter whose lock file is replaced while it waits must not run beside
+/// the new file's holder: it lets go of the old inode and waits for the new.
+#[test]
+fn a_lock_file_replaced_while_waiting_is_locked_again() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut old_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.arg("-v")
+        .arg(&lock)
+        .args(["sh", "-c", "echo got; read x"])
+        .stderr(Stdio::piped());
+    let mut waiter = Background::spawn(cmd);
+    wait_for("the waiter to queue", || kernel_waiters(&lock) == 1);
+
+    let replacement = dir.path().join("new");
+    std::fs::write(&replacement, "").unwrap();
+    std::fs::rename(&replacement, &lock).unwrap();
+    let (mut new_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; read x");
+
+    old_holder.release();
+    old_holder.wait_exit(BOUND);
+    // The waiter now waits on the new file, behind its holder.
+    wait_for("the waiter to queue on the new file", || {
+        kernel_waiters(&lock) == 1
+    });
+    assert_eq!(
+        waiter.line(Duration::ZERO),
+        None,
+        "ran beside the new holder"
+    );
+    new_holder.release();
+    assert_eq!(waiter.line(BOUND).as_deref(), Some("got"));
+    waiter.release();
+    assert!(waiter.wait_exit(BOUND).success());
+}
+
+/// Started with fds 0-2 closed, lockrun's own descriptors must not become
+/// stderr: the waiting line would land in its wake pipe (exit 236).
+#[test]
+fn closed_standard_streams_while_waiting() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let marker = dir.path().join("ran");
+    let (mut holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; read x");
+    let mut waiter = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec {} -v -w 30 {} sh -c 'echo ran > {}' <&- >&- 2>&-",
+            bin(),
+            lock.display(),
+            marker.display()
+        ))
+        .spawn()
+        .unwrap();
+    wait_for("the waiter to queue", || kernel_waiters(&lock) == 1);
+    holder.release();
+    let status = wait_child(&mut waiter, BOUND);
+    assert_eq!(status.code(), Some(0));
+    assert!(marker.exists(), "the command did not run");
+}
+
+/// `ulimit -f 0` (systemd's LimitFSIZE=0): the record cannot be written,
+/// the command still runs, and the user is told once.
+#[test]
+fn a_file_size_limit_skips_the_record_not_the_command() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f 0; exec {} {} sh -c 'echo ran'",
+            bin(),
+            lock.display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    assert_eq!(
+        stderr.matches("could not write the holder record").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+/// A timeout racing a release: every run ends 0 (it got the lock and ran)
+/// or 75 (it did not), never by SIGPIPE or with the lock kept.
+#[test]
+fn a_timeout_racing_a_release_ends_cleanly() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut ran, mut timed_out) = (0, 0);
+    for round in 0..40u64 {
+        let (mut holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; read x");
+        let mut waiter = std_lockrun()
+            .args(["-q", "-w", "0.05"])
+            .arg(&lock)
+            .arg("true")
+            .spawn()
+            .unwrap();
+        // Under load the waiter may time out before it is seen queued.
+        let mut ended = None;
+        wait_for("the waiter to queue or end", || {
+            ended = ended.or_else(|| waiter.try_wait().ok().flatten());
+            ended.is_some() || kernel_waiters(&lock) == 1
+        });
+        // Released around the waiter's deadline: the race is the point, so
+        // this sleep makes it, it does not synchronise anything.
+        std::thread::sleep(Duration::from_millis(30 + round % 30));
+        holder.release();
+        let status = ended.unwrap_or_else(|| wait_child(&mut waiter, BOUND));
+        match status.code() {
+            Some(0) => ran += 1,
+            Some(75) => timed_out += 1,
+            other => panic!("round {round}: the waiter ended with {other:?}"),
+        }
+        holder.wait_exit(BOUND);
+        // Whatever it said, it holds nothing now.
+        try_lock_now(&lock).success();
+    }
+    assert_eq!(ran + timed_out, 40);
+}
