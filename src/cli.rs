@@ -285,6 +285,7 @@ pub enum Invocation {
     Run(RunOptions),
     /// The run form on a lock URL.
     EtcdRun(etcd::RunOptions),
+    PgRun(crate::postgres::RunOptions),
     Fd(FdOptions),
     Holder {
         json: bool,
@@ -309,10 +310,14 @@ pub enum Invocation {
 pub enum LockTarget {
     File(PathBuf),
     Etcd(EtcdUrl),
+    Postgres(crate::postgres::PgUrl),
 }
 
 impl LockTarget {
     pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
+        if crate::postgres::is_url(&arg) {
+            return parse_postgres(&arg);
+        }
         if !etcd::is_url(&arg) {
             return Ok(LockTarget::File(PathBuf::from(arg)));
         }
@@ -331,10 +336,31 @@ impl LockTarget {
     }
 }
 
+/// `postgres://…#NAME` or `postgresql://…#NAME` (CONTRACT §12).
+fn parse_postgres(arg: &std::ffi::OsStr) -> Result<LockTarget, Failure> {
+    use crate::postgres::{self, PgUrl};
+    if !postgres::ENABLED {
+        return Err(postgres::not_built());
+    }
+    let text = arg.to_str().ok_or_else(|| {
+        Failure::new(
+            exit_codes::USAGE,
+            "the postgres:// lock URL is not valid UTF-8",
+        )
+    })?;
+    PgUrl::parse(text)
+        .map(LockTarget::Postgres)
+        .map_err(|e| Failure::new(exit_codes::USAGE, e))
+}
+
 /// The command line of this build, for help, man pages and completions.
 pub fn command() -> clap::Command {
-    command_for(etcd::ENABLED)
+    command_for(HAS_LOCK_URLS)
 }
+
+/// Whether this build has lock URLs, and with them --ttl and the other
+/// lock-URL options (etcd's, PostgreSQL's).
+const HAS_LOCK_URLS: bool = etcd::ENABLED || crate::postgres::ENABLED;
 
 /// The command line of a build with or without lock URLs: a build that
 /// cannot take an etcd lock does not advertise one (its help, man page and
@@ -468,7 +494,7 @@ where
         };
     }
     let parsed = command().try_get_matches_from(args).and_then(|m| {
-        let etcd = if etcd::ENABLED {
+        let etcd = if HAS_LOCK_URLS {
             EtcdArgs::from_arg_matches(&m)?
         } else {
             EtcdArgs::default()
@@ -776,11 +802,22 @@ fn run_invocation(
         Some(_) => PathBuf::from(target),
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
-            LockTarget::Etcd(_) if args.slots.is_some() => {
-                return Err(usage("--slots does not apply to etcd:// lock URLs yet"));
+            LockTarget::Etcd(_) | LockTarget::Postgres(_) if args.slots.is_some() => {
+                return Err(usage("--slots does not apply to lock URLs yet"));
             }
             LockTarget::Etcd(url) => {
                 return etcd_run(
+                    url,
+                    args,
+                    etcd_args,
+                    mode,
+                    wait,
+                    command,
+                    (quiet, conflict_status),
+                );
+            }
+            LockTarget::Postgres(url) => {
+                return postgres_run(
                     url,
                     args,
                     etcd_args,
@@ -886,6 +923,65 @@ fn etcd_run(
         write_record: !args.no_record,
         ttl: etcd_args.ttl.unwrap_or(etcd::DEFAULT_TTL),
         kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
+        max_time: args.max_time,
+    }))
+}
+
+/// The run form on a postgres:// lock URL: refused like etcd's where a
+/// connection-held lock cannot do what a file lock does.
+fn postgres_run(
+    url: crate::postgres::PgUrl,
+    args: RunArgs,
+    url_args: EtcdArgs,
+    mode: LockMode,
+    wait: WaitPolicy,
+    command: Vec<OsString>,
+    (quiet, conflict_status): (bool, u8),
+) -> Result<Invocation, Failure> {
+    use crate::postgres;
+    let usage =
+        |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
+    if mode == LockMode::Shared {
+        return Err(usage(
+            "postgres:// locks are exclusive only; -s cannot be used",
+        ));
+    }
+    if args.unlock || args.fcntl || args.start.is_some() || args.length.is_some() {
+        return Err(usage(
+            "-u, --fcntl, --start and --length apply to lock files, not postgres:// locks",
+        ));
+    }
+    if args.no_fork {
+        return Err(usage(
+            "-F cannot be used with a postgres:// lock: lockrun must stay to keep the connection",
+        ));
+    }
+    if url_args.cacert.is_some()
+        || url_args.cert.is_some()
+        || url_args.key.is_some()
+        || url_args.user.is_some()
+        || url_args.password_file.is_some()
+    {
+        return Err(usage(
+            "--cacert, --cert, --key, --user and --password-file are etcd's; a postgres:// URL takes libpq's (sslrootcert=, user@, PGPASSWORD or ~/.pgpass)",
+        ));
+    }
+    if wait.poll.is_some() {
+        return Err(usage(
+            "--poll does not apply to postgres:// locks: the server itself wakes the waiter",
+        ));
+    }
+    Ok(Invocation::PgRun(postgres::RunOptions {
+        url,
+        nonblocking: wait.nonblocking,
+        timeout: wait.timeout,
+        conflict_status,
+        command,
+        quiet,
+        verbose: args.verbose,
+        write_record: !args.no_record,
+        ttl: url_args.ttl.unwrap_or(postgres::DEFAULT_TTL),
+        kill_grace: args.kill_grace.unwrap_or(postgres::DEFAULT_KILL_GRACE),
         max_time: args.max_time,
     }))
 }

@@ -54,6 +54,9 @@ pub struct Report {
     pub slots: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot_reports: Option<Vec<Report>>,
+    /// For a PostgreSQL lock URL: the advisory key and the holding session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<PgLock>,
 }
 
 impl Report {
@@ -73,6 +76,7 @@ impl Report {
             etcd: None,
             slots: None,
             slot_reports: None,
+            postgres: None,
         }
     }
 }
@@ -86,6 +90,22 @@ pub struct EtcdLock {
     /// The key's creation revision: what the holder's command got as
     /// LOCKRUN_FENCING_TOKEN.
     pub fencing_token: i64,
+}
+
+/// The PostgreSQL session holding a lock URL's advisory lock. Fields other
+/// than the key and pid are null without the privilege to see them
+/// (the same role, or pg_read_all_stats).
+#[derive(Debug, Clone, Serialize)]
+pub struct PgLock {
+    /// `pg_advisory_lock(KEY)` takes the same lock: `hashtextextended(NAME, 0)`.
+    pub key: i64,
+    /// The holding session's server process (`pg_terminate_backend` it).
+    pub backend_pid: Option<i32>,
+    pub application_name: Option<String>,
+    pub user: Option<String>,
+    pub client_addr: Option<String>,
+    /// When the holding session connected.
+    pub backend_start: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -28,4 +28,5 @@ pub mod sanitize;
 // The backends' modules under their short names.
 pub use backend::etcd;
 pub use backend::file::{fd_mode, lock};
+pub use backend::postgres;
 pub use run::wait;

@@ -11,7 +11,7 @@ use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
 use lockrun::run::signals;
 use lockrun::run::{self, Ending};
-use lockrun::{etcd, fd_mode, persona, report};
+use lockrun::{etcd, fd_mode, persona, postgres, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -24,6 +24,9 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
         .map(|arg| std::ffi::OsStr::from_bytes(arg.to_bytes()).to_owned())
         .collect();
+    if postgres::ENABLED {
+        hide_passwords(argc, argv);
+    }
     persona::set_from_argv0(args.first().map(OsString::as_os_str));
     let status = match cli::parse(args).and_then(dispatch) {
         Ok(Ending::Status(status)) => status,
@@ -38,6 +41,23 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     persona::flush_stdout();
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(status));
+}
+
+/// Overwrites the passwords of postgres:// URLs in our own argv, which is
+/// what `ps` shows, with `*`. The password is still in our copy.
+fn hide_passwords(argc: c_int, argv: *const *const c_char) {
+    for i in 1..usize::try_from(argc).unwrap_or(0) {
+        // SAFETY: argv holds argc valid, NUL-terminated, writable strings
+        // (C11 5.1.2.2.1); each is only changed within its length.
+        unsafe {
+            let arg = *argv.add(i);
+            let bytes = CStr::from_ptr(arg).to_bytes();
+            for span in postgres::password_spans(bytes) {
+                let start = arg.cast_mut().cast::<u8>().add(span.start);
+                std::ptr::write_bytes(start, b'*', span.len());
+            }
+        }
+    }
 }
 
 /// Started with fd 0, 1 or 2 closed (a daemon, `cmd <&- >&- 2>&-`), the
@@ -59,6 +79,7 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     match invocation {
         Invocation::Run(opts) => run::run(&opts),
         Invocation::EtcdRun(opts) => etcd::take_and_run(&opts),
+        Invocation::PgRun(opts) => postgres::take_and_run(&opts),
         Invocation::Fd(opts) => fd_mode::run(&opts).map(Ending::Status),
         Invocation::Holder { json, targets } => holder(json, &targets).map(Ending::Status),
         Invocation::Check {
@@ -84,6 +105,7 @@ fn inspect_target(target: &LockTarget, want_holders: bool) -> Result<inspect::Re
     match target {
         LockTarget::File(path) => inspect::inspect(path, want_holders),
         LockTarget::Etcd(url) => etcd::look_up(url),
+        LockTarget::Postgres(url) => postgres::look_up(url),
     }
 }
 
@@ -94,7 +116,9 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
             Ok(found) => {
                 if found.unreadable {
                     status = exit_codes::NO_INPUT;
-                } else if found.state == State::Unknown && matches!(target, LockTarget::Etcd(_)) {
+                } else if found.state == State::Unknown
+                    && matches!(target, LockTarget::Etcd(_) | LockTarget::Postgres(_))
+                {
                     status = exit_codes::UNAVAILABLE;
                 }
                 print_report(&found, json);

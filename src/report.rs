@@ -113,11 +113,13 @@ fn held(report: &Report, path: &str) -> String {
             let _ = write!(text, "\n  also held through {}", process(other));
         }
         etcd_key(report, &mut text);
+        pg_session(report, &mut text);
         return text;
     }
 
     let mut text = match report.holders.as_slice() {
         [] if report.etcd.is_some() => format!("{path}: held ({mode}) by an etcd client"),
+        [] if report.postgres.is_some() => format!("{path}: held ({mode}) by a PostgreSQL session"),
         [] => format!(
             "{path}: held ({mode}) by a process lockrun cannot see from here \
              (outside this PID namespace, or another user's without root)"
@@ -164,6 +166,7 @@ fn held(report: &Report, path: &str) -> String {
         Some(_) => {}
     }
     etcd_key(report, &mut text);
+    pg_session(report, &mut text);
     text
 }
 
@@ -180,6 +183,35 @@ fn etcd_key(report: &Report, text: &mut String) {
     }
 }
 
+/// For a PostgreSQL lock URL: the session that holds it and the key.
+fn pg_session(report: &Report, text: &mut String) {
+    let Some(pg) = &report.postgres else {
+        return;
+    };
+    let Some(pid) = pg.backend_pid else {
+        return;
+    };
+    let _ = write!(text, "\n  PostgreSQL session: server pid {pid}");
+    if let Some(app) = &pg.application_name {
+        let _ = write!(text, ", application '{}'", escape(app));
+    }
+    if let Some(user) = &pg.user {
+        let _ = write!(text, ", user {}", escape(user));
+    }
+    if let Some(addr) = &pg.client_addr {
+        let _ = write!(text, " from {}", escape(addr));
+    }
+    if let Some(since) = &pg.backend_start {
+        let _ = write!(text, ", connected {}", escape(since));
+    }
+    let _ = write!(text, "; advisory key {}", pg.key);
+    if report.record.is_none()
+        && let Some(reason) = &report.reason
+    {
+        let _ = write!(text, "\n  ({})", escape(reason));
+    }
+}
+
 fn free(report: &Report, path: &str) -> String {
     if !report.exists {
         return format!("{path}: free, no lock file");
@@ -189,6 +221,10 @@ fn free(report: &Report, path: &str) -> String {
             return format!(
                 "{path}: free; its content could not be read, so who held it last is unknown"
             );
+        }
+        if report.postgres.is_some() {
+            // The record lived in the holder's session, which has ended.
+            return format!("{path}: free (PostgreSQL keeps no record of past holders)");
         }
         return format!("{path}: free (no holder record)");
     };

@@ -128,6 +128,7 @@ fn any_report() -> impl Strategy<Value = Report> {
                     }),
                     slots: None,
                     slot_reports: None,
+                    postgres: None,
                 }
             },
         )

@@ -10,6 +10,7 @@
 
 pub mod etcd;
 pub mod file;
+pub mod postgres;
 
 use crate::exit_codes::Failure;
 use crate::record::Record;

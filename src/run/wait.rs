@@ -53,6 +53,10 @@ pub trait Contender {
     fn block_here(&mut self) -> Option<Result<(), Failure>> {
         None
     }
+    /// The wait ended (deadline, signal) while the helper blocks: make its
+    /// call return soon where the backend can (a lock server's cancel
+    /// request). A kernel lock needs nothing: the interrupt signal does it.
+    fn interrupt(&mut self) {}
     /// Lets go of a lock obtained just as a signal ended the wait.
     fn undo(&mut self) {}
     /// Called once the lock is taken: `Ok(false)` when it was taken on
@@ -237,6 +241,9 @@ fn wait(
     let Some(helper) = helper else {
         return outcome;
     };
+    if outcome.is_err() {
+        contender.interrupt();
+    }
     match (outcome, finish_helper(helper, wake)) {
         // The helper's own answer: acquired, or why not.
         (Ok(()), answer) => answer.unwrap_or_else(|| Err(vanished())),

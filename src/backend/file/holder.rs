@@ -123,23 +123,3 @@ fn confirmed(lock: &LockFile, record: &Record) -> Confirmed {
         Confirmed::NotHolding
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::status_line;
-
-    #[test]
-    fn the_status_line_fits_and_keeps_the_time() {
-        let holder = "pid 4243 (backup.sh --full --with-a-long-argument) since 02:00:03 (13m ago)";
-        let label = "/var/lock/a-rather-long-directory-name/backup.lock";
-        for columns in [20, 40, 60, 80, 120, 300] {
-            let line = status_line(label, holder, "3.2s / 10s", columns);
-            assert!(line.chars().count() < columns, "{columns}: {line}");
-            if columns >= 60 {
-                assert!(line.ends_with("): 3.2s / 10s"), "{columns}: {line}");
-            }
-        }
-        let wide = status_line(label, holder, "3.2s", 300);
-        assert!(wide.contains(holder) && wide.contains(label), "{wide}");
-    }
-}

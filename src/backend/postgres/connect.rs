@@ -1,0 +1,551 @@
+//! From a lock URL and libpq's environment to a connection: the URI's
+//! parameters first, then `PG*` variables, then libpq's defaults; the
+//! password from the URI, `PGPASSWORD` or the password file; `sslmode`
+//! from `disable` to `verify-full` with rustls.
+//!
+//! The client library parses the URI; what it does not know (libpq's
+//! `sslmode` values beyond `require`, `sslrootcert`, `passfile`) is taken
+//! out here and done here, so that a URI written for psql works unchanged.
+
+use super::PgUrl;
+use postgres::config::SslMode;
+use postgres::{CancelToken, Client, Config, NoTls};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// How long connecting may take when neither the URI nor
+/// `PGCONNECT_TIMEOUT` says: lockrun must end with 69, never hang.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// libpq's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ssl {
+    Disable,
+    Allow,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl Ssl {
+    fn parse(text: &str) -> Result<Ssl, String> {
+        Ok(match text {
+            "disable" => Ssl::Disable,
+            "allow" => Ssl::Allow,
+            "prefer" => Ssl::Prefer,
+            "require" => Ssl::Require,
+            "verify-ca" => Ssl::VerifyCa,
+            "verify-full" => Ssl::VerifyFull,
+            other => {
+                return Err(format!(
+                    "sslmode '{other}' is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                ));
+            }
+        })
+    }
+}
+
+#[derive(Clone)]
+enum Tls {
+    None,
+    Rustls(MakeRustlsConnect),
+}
+
+/// Everything needed to open (and cancel on) connections to one server.
+#[derive(Clone)]
+pub struct Target {
+    config: Config,
+    tls: Tls,
+    /// `user@host:port/db`, never the password: for messages.
+    pub describe: String,
+    /// Whether the password came from the URI itself (visible in `ps`).
+    pub password_in_url: bool,
+}
+
+/// The environment as libpq reads it; a function so tests can give their own.
+pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl Target {
+    /// `application_name` is ours unless the URI or `PGAPPNAME` set one.
+    pub fn new(url: &PgUrl, application_name: &str, env: Env) -> Result<Target, String> {
+        let (base, params) = match url.connection.split_once('?') {
+            Some((base, query)) => (base, query),
+            None => (url.connection.as_str(), ""),
+        };
+        let mut ssl = None;
+        let mut root_cert = None;
+        let mut passfile = None;
+        let mut kept = Vec::new();
+        for param in params.split('&').filter(|p| !p.is_empty()) {
+            let (key, raw) = param.split_once('=').unwrap_or((param, ""));
+            let value = super::percent_decode(raw)
+                .ok_or_else(|| format!("the value of '{key}' in the lock URL is not UTF-8"))?;
+            match key {
+                "sslmode" => ssl = Some(Ssl::parse(&value)?),
+                "sslrootcert" => root_cert = Some(PathBuf::from(value)),
+                "passfile" => passfile = Some(PathBuf::from(value)),
+                "sslcert" | "sslkey" | "sslcrl" | "sslpassword" | "service" => {
+                    return Err(format!(
+                        "the lock URL's '{key}' parameter is not supported by lockrun"
+                    ));
+                }
+                _ => kept.push(param),
+            }
+        }
+        let uri = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        let mut config = Config::from_str(&uri).map_err(|e| {
+            format!(
+                "cannot read the connection URI {}: {e}",
+                super::redact(&uri)
+            )
+        })?;
+
+        if config.get_hosts().is_empty() {
+            let hosts = env("PGHOST").unwrap_or_else(default_host);
+            for host in hosts.split(',') {
+                config.host(host.trim());
+            }
+        }
+        if config.get_ports().is_empty()
+            && let Some(port) = env("PGPORT")
+        {
+            for port in port.split(',') {
+                let port = port
+                    .trim()
+                    .parse::<u16>()
+                    .map_err(|_| format!("PGPORT '{port}' is not a port number"))?;
+                config.port(port);
+            }
+        }
+        if config.get_user().is_none() {
+            let user = env("PGUSER").or_else(os_user).ok_or(
+                "no user name: set PGUSER or name one in the URL (postgres://USER@HOST/DB#NAME)",
+            )?;
+            config.user(&user);
+        }
+        if config.get_dbname().is_none()
+            && let Some(db) = env("PGDATABASE")
+        {
+            config.dbname(&db);
+        }
+        if config.get_application_name().is_none() {
+            config
+                .application_name(&env("PGAPPNAME").unwrap_or_else(|| application_name.to_owned()));
+        }
+        if config.get_connect_timeout().is_none() {
+            let timeout = env("PGCONNECT_TIMEOUT")
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .filter(|&t| t > 0)
+                .map_or(CONNECT_TIMEOUT, |t| Duration::from_secs(t.max(2)));
+            config.connect_timeout(timeout);
+        }
+        let password_in_url = config.get_password().is_some();
+        if !password_in_url {
+            if let Some(password) = env("PGPASSWORD") {
+                config.password(password);
+            } else if let Some(password) = from_passfile(&config, passfile, env) {
+                config.password(password);
+            }
+        }
+
+        let explicit_root = root_cert.or_else(|| env("PGSSLROOTCERT").map(PathBuf::from));
+        let system = explicit_root.as_deref() == Some(Path::new("system"));
+        let ssl = match ssl {
+            Some(ssl) => ssl,
+            None => match env("PGSSLMODE") {
+                Some(mode) => Ssl::parse(&mode)?,
+                // As libpq 16: the system's CAs mean verify-full.
+                None if system => Ssl::VerifyFull,
+                None => Ssl::Prefer,
+            },
+        };
+        if system && ssl != Ssl::VerifyFull {
+            return Err(
+                "sslrootcert=system trusts every public CA, so it needs sslmode=verify-full"
+                    .to_owned(),
+            );
+        }
+        let tls = tls_for(ssl, explicit_root)?;
+        config.ssl_mode(match ssl {
+            Ssl::Disable => SslMode::Disable,
+            Ssl::Allow | Ssl::Prefer => SslMode::Prefer,
+            Ssl::Require | Ssl::VerifyCa | Ssl::VerifyFull => SslMode::Require,
+        });
+
+        let describe = describe(&config);
+        Ok(Target {
+            config,
+            tls,
+            describe,
+            password_in_url,
+        })
+    }
+
+    /// TCP keepalives and a user timeout on our side, so that a dead
+    /// server or network makes a pending call fail instead of hanging.
+    pub fn keepalive(&mut self, ttl: Duration) {
+        let idle = (ttl / 3).max(Duration::from_secs(1));
+        self.config
+            .keepalives(true)
+            .keepalives_idle(idle)
+            .keepalives_interval((idle / 3).max(Duration::from_secs(1)))
+            .keepalives_retries(3)
+            .tcp_user_timeout(ttl);
+    }
+
+    pub fn connect(&self) -> Result<Client, postgres::Error> {
+        match &self.tls {
+            Tls::None => self.config.connect(NoTls),
+            Tls::Rustls(tls) => self.config.connect(tls.clone()),
+        }
+    }
+
+    /// Asks the server to cancel what `token`'s session is running.
+    pub fn cancel(&self, token: &CancelToken) {
+        let _ = match &self.tls {
+            Tls::None => token.cancel_query(NoTls),
+            Tls::Rustls(tls) => token.cancel_query(tls.clone()),
+        };
+    }
+}
+
+/// libpq's default: the Unix socket directory, Debian's where it exists,
+/// upstream's otherwise.
+fn default_host() -> String {
+    let debian = "/var/run/postgresql";
+    if Path::new(debian).is_dir() {
+        debian.to_owned()
+    } else {
+        "/tmp".to_owned()
+    }
+}
+
+/// libpq's default user: the effective user's name, read the way the rest
+/// of lockrun reads it (from /etc/passwd, never through NSS, which a
+/// static binary cannot load).
+fn os_user() -> Option<String> {
+    crate::identity::Me::gather()
+        .user
+        .or_else(|| std::env::var("USER").ok())
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from)
+}
+
+fn describe(config: &Config) -> String {
+    use postgres::config::Host;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "{}@{host}:{port}/{}",
+        config.get_user().unwrap_or(""),
+        config.get_dbname().or(config.get_user()).unwrap_or("")
+    )
+}
+
+/// The password file, as libpq reads it: `host:port:database:user:password`
+/// lines, `*` matching anything, `\` escaping; ignored when others can read
+/// it. A Unix-socket connection matches `localhost`.
+fn from_passfile(config: &Config, explicit: Option<PathBuf>, env: Env) -> Option<String> {
+    use postgres::config::Host;
+    use std::os::unix::fs::PermissionsExt;
+    let path = explicit
+        .or_else(|| env("PGPASSFILE").map(PathBuf::from))
+        .or_else(|| home().map(|h| h.join(".pgpass")))?;
+    let meta = std::fs::metadata(&path).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        eprintln!(
+            "lockrun: warning: password file {} has group or world access; ignored (chmod 0600 it)",
+            crate::display::escape(&path.to_string_lossy())
+        );
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        _ => "localhost".to_owned(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = config.get_user().unwrap_or("").to_owned();
+    let db = config.get_dbname().unwrap_or(&user).to_owned();
+    let wanted = [host.as_str(), port.as_str(), db.as_str(), user.as_str()];
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let fields = split_pgpass(line);
+            if fields.len() < 5 {
+                return None;
+            }
+            let matches = wanted
+                .iter()
+                .zip(&fields)
+                .all(|(want, field)| field == "*" || field == want);
+            matches.then(|| fields[4].clone())
+        })
+}
+
+fn split_pgpass(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let (Some(next), Some(f)) = (chars.next(), fields.last_mut()) {
+                    f.push(next);
+                }
+            }
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => {
+                if let Some(f) = fields.last_mut() {
+                    f.push(c);
+                }
+            }
+        }
+    }
+    fields
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The TLS set-up for `ssl`. As in libpq: `require` verifies the chain
+/// only when a root certificate file is there; `verify-ca` verifies the
+/// chain, `verify-full` the chain and the host name.
+fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
+    if ssl == Ssl::Disable {
+        return Ok(Tls::None);
+    }
+    let default_root = home().map(|h| h.join(".postgresql/root.crt"));
+    let root = explicit_root
+        .clone()
+        .or_else(|| default_root.filter(|p| p.exists()));
+    let verify = match ssl {
+        Ssl::VerifyCa | Ssl::VerifyFull => true,
+        Ssl::Require => root.is_some(),
+        _ => false,
+    };
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("cannot set up TLS: {e}"))?;
+    let config = if verify {
+        let Some(root) = root else {
+            return Err(
+                "sslmode verify-ca/verify-full needs a root certificate: set sslrootcert in the URL, PGSSLROOTCERT, or ~/.postgresql/root.crt"
+                    .to_owned(),
+            );
+        };
+        let shown = crate::display::escape(&root.to_string_lossy());
+        let mut store = RootCertStore::empty();
+        if root == Path::new("system") {
+            let found = rustls_native_certs::load_native_certs();
+            store.add_parsable_certificates(found.certs);
+            if store.is_empty() {
+                return Err(
+                    "sslrootcert=system: no CA certificates found on this system".to_owned(),
+                );
+            }
+        } else {
+            let certs = CertificateDer::pem_file_iter(&root)
+                .map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
+            for cert in certs {
+                let cert =
+                    cert.map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
+                store
+                    .add(cert)
+                    .map_err(|e| format!("bad root certificate in {shown}: {e}"))?;
+            }
+        }
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(store),
+            Arc::clone(&provider),
+        )
+        .build()
+        .map_err(|e| format!("cannot use the root certificate {shown}: {e}"))?;
+        if ssl == Ssl::VerifyFull {
+            builder.with_webpki_verifier(webpki).with_no_client_auth()
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
+                .with_no_client_auth()
+        }
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Unverified(
+                provider.signature_verification_algorithms,
+            )))
+            .with_no_client_auth()
+    };
+    Ok(Tls::Rustls(MakeRustlsConnect::new(config)))
+}
+
+/// `verify-ca`: the chain must lead to the root, whatever name it is for.
+#[derive(Debug)]
+struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// `prefer`/`require` without a root certificate: encryption against a
+/// passive listener only, as libpq does.
+#[derive(Debug)]
+struct Unverified(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+/// A connection error in words, without anything that could be a secret.
+pub fn explain(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        let more = inner.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgpass_fields_unescape() {
+        assert_eq!(
+            split_pgpass(r"h:5432:*:u:p\:w\\d:x"),
+            ["h", "5432", "*", "u", r"p:w\d:x"]
+        );
+    }
+
+    #[test]
+    fn environment_fills_what_the_url_leaves_out() {
+        let url = PgUrl::parse("postgres:///#n").unwrap();
+        let env = |k: &str| match k {
+            "PGHOST" => Some("db9".to_owned()),
+            "PGPORT" => Some("6543".to_owned()),
+            "PGUSER" => Some("ops".to_owned()),
+            "PGDATABASE" => Some("jobs".to_owned()),
+            "PGSSLMODE" => Some("disable".to_owned()),
+            _ => None,
+        };
+        let target = Target::new(&url, "lockrun", &env).unwrap();
+        assert_eq!(target.describe, "ops@db9:6543/jobs");
+        let url = PgUrl::parse("postgres://me@h:1/d?sslmode=require#n").unwrap();
+        let target = Target::new(&url, "lockrun", &env).unwrap();
+        assert_eq!(target.describe, "me@h:1/d");
+        let url = PgUrl::parse("postgres://h/d?sslmode=bogus#n").unwrap();
+        assert!(Target::new(&url, "lockrun", &env).is_err());
+        let none = |_: &str| None;
+        let url = PgUrl::parse("postgres://u@h/d?sslrootcert=system&sslmode=require#n").unwrap();
+        let err = Target::new(&url, "lockrun", &none).err().unwrap();
+        assert!(err.contains("verify-full"), "{err}");
+    }
+}

@@ -1,0 +1,265 @@
+//! Watching the held lock's connection while the command runs, and acting
+//! when the lock is lost.
+//!
+//! The server keeps a session's advisory lock until the session ends, so
+//! nothing needs renewing; but a connection can die silently (a network
+//! partition, a server restart, `pg_terminate_backend`). Two threads:
+//! the pinger owns the connection and every TTL/3 asks the server whether
+//! our session still holds the lock (the same statement carries the
+//! holder's record in a comment, so `pg_stat_activity.query` shows it);
+//! the watcher stops the command (SIGTERM, SIGKILL after the grace) when
+//! the pinger reports the lock gone or the connection broken, or when no
+//! answer confirmed the lock for a whole TTL (a call can hang on a dead
+//! network for longer than that). Judged from our side, conservatively:
+//! the TTL counts from when the last confirmed check was *sent*.
+
+use postgres::error::SqlState;
+use postgres::{Client, SimpleQueryMessage};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long finishing may wait for the pinger to close the connection.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct State {
+    stop: bool,
+    /// The statement comment carrying the record; replaced when it changes.
+    comment: String,
+    ping_now: bool,
+    /// Until when the lock counts as confirmed.
+    valid_until: Instant,
+    command: Option<i32>,
+    exited: bool,
+    lost: Option<String>,
+    closed: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn wait_until(
+        &self,
+        state: MutexGuard<'static, State>,
+        until: Instant,
+    ) -> MutexGuard<'static, State> {
+        let left = until.saturating_duration_since(Instant::now());
+        match self.wake.wait_timeout(state, left) {
+            Ok((guard, _)) => guard,
+            Err(p) => p.into_inner().0,
+        }
+    }
+}
+
+pub struct Session {
+    shared: &'static Shared,
+    watcher: Option<JoinHandle<()>>,
+}
+
+/// What the pinger asks: does our session still hold the lock?
+pub fn holds_sql(key: i64) -> String {
+    let (classid, objid) = super::lock::key_parts(key);
+    format!(
+        "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' \
+         AND objsubid = 1 AND classid = {classid} AND objid = {objid} AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+}
+
+impl Session {
+    /// Starts watching `client`, whose session holds the lock on `key`.
+    pub fn start(
+        client: Client,
+        key: i64,
+        comment: String,
+        ttl: Duration,
+        grace: Duration,
+    ) -> Session {
+        // Leaked on purpose: a pinger stuck on a dead network is left
+        // behind when lockrun finishes, and must still find its state.
+        let shared: &'static Shared = Box::leak(Box::new(Shared {
+            state: Mutex::new(State {
+                stop: false,
+                comment,
+                ping_now: false,
+                valid_until: Instant::now() + ttl,
+                command: None,
+                exited: false,
+                lost: None,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+        }));
+        let pinger = std::thread::Builder::new()
+            .name("pg-ping".into())
+            .spawn(move || ping(shared, client, key, ttl));
+        let watcher = std::thread::Builder::new()
+            .name("pg-watch".into())
+            .spawn(move || watch(shared, grace))
+            .ok();
+        if pinger.is_err() || watcher.is_none() {
+            shared.lock().lost = Some("cannot start the threads that watch the connection".into());
+        }
+        Session { shared, watcher }
+    }
+
+    /// The record changed: carry it in the next check, which is now.
+    pub fn update(&self, comment: String) {
+        let mut state = self.shared.lock();
+        state.comment = comment;
+        state.ping_now = true;
+        self.shared.wake.notify_all();
+    }
+
+    pub fn lost(&self) -> Option<String> {
+        self.shared.lock().lost.clone()
+    }
+
+    pub fn command_started(&self, pid: i32) {
+        self.shared.lock().command = Some(pid);
+        self.shared.wake.notify_all();
+    }
+
+    pub fn command_exited(&self) {
+        let mut state = self.shared.lock();
+        state.command = None;
+        state.exited = true;
+        self.shared.wake.notify_all();
+    }
+
+    /// Stops watching and closes the connection (which releases the lock);
+    /// returns why the lock was lost, if it was.
+    pub fn finish(mut self) -> Option<String> {
+        let mut state = self.shared.lock();
+        state.stop = true;
+        self.shared.wake.notify_all();
+        let until = Instant::now() + CLOSE_TIMEOUT;
+        while !state.closed && Instant::now() < until {
+            state = self.shared.wait_until(state, until);
+        }
+        let lost = state.lost.clone();
+        drop(state);
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
+        lost
+    }
+}
+
+fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
+    let interval = (ttl / 3).max(Duration::from_millis(100));
+    let holds = holds_sql(key);
+    let mut next = Instant::now() + interval;
+    loop {
+        let comment = {
+            let mut state = shared.lock();
+            while !state.stop && !state.ping_now && Instant::now() < next {
+                state = shared.wait_until(state, next);
+            }
+            if state.stop {
+                break;
+            }
+            state.ping_now = false;
+            state.comment.clone()
+        };
+        let sent = Instant::now();
+        let verdict = match client.simple_query(&format!("{comment}{holds}")) {
+            Ok(answer) => match count(&answer) {
+                Some(1) => Ok(()),
+                _ => Err("the server says our session no longer holds the lock".to_owned()),
+            },
+            // A late cancel request meant for the wait: the session is fine.
+            Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
+                next = Instant::now() + Duration::from_millis(50);
+                continue;
+            }
+            Err(e) => Err(format!(
+                "the connection to PostgreSQL broke, so the server has released the lock or will: {}",
+                super::connect::explain(&e)
+            )),
+        };
+        let mut state = shared.lock();
+        match verdict {
+            Ok(()) => state.valid_until = state.valid_until.max(sent + ttl),
+            Err(reason) => {
+                state.lost.get_or_insert(reason);
+                shared.wake.notify_all();
+                break;
+            }
+        }
+        next = sent + interval;
+    }
+    // Ending the session releases the lock, but the server handles a
+    // closed connection after we are gone: a script's next `lockrun -n`
+    // could still find the lock held. Unlocking first makes the release
+    // happen before lockrun exits.
+    if shared.lock().lost.is_none() {
+        let _ = client.simple_query(&format!("SELECT pg_advisory_unlock({key})"));
+    }
+    // Released: lockrun need not wait for the server to finish closing
+    // the session (milliseconds), nor for a connection that hangs.
+    shared.lock().closed = true;
+    shared.wake.notify_all();
+    drop(client);
+}
+
+fn count(answer: &[SimpleQueryMessage]) -> Option<i64> {
+    answer.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+        _ => None,
+    })
+}
+
+fn watch(shared: &'static Shared, grace: Duration) {
+    let mut state = shared.lock();
+    loop {
+        if state.stop {
+            return;
+        }
+        if state.lost.is_some() {
+            break;
+        }
+        let now = Instant::now();
+        if now >= state.valid_until {
+            state.lost = Some(
+                "PostgreSQL did not confirm the lock for a whole TTL (the server or the network stopped answering)"
+                    .to_owned(),
+            );
+            break;
+        }
+        let until = state.valid_until;
+        state = shared.wait_until(state, until);
+    }
+    // Wait for the command to exist (lost between acquiring and starting
+    // it), unless lockrun is finishing anyway.
+    while state.command.is_none() && !state.exited && !state.stop {
+        state = match shared.wake.wait(state) {
+            Ok(guard) => guard,
+            Err(p) => p.into_inner(),
+        };
+    }
+    let Some(pid) = state.command else {
+        return;
+    };
+    signal(pid, rustix::process::Signal::TERM);
+    let until = Instant::now() + grace;
+    while state.command.is_some() && Instant::now() < until {
+        state = shared.wait_until(state, until);
+    }
+    // Still under the mutex: `command` is cleared before the pid is reaped.
+    if let Some(pid) = state.command {
+        signal(pid, rustix::process::Signal::KILL);
+    }
+}
+
+fn signal(pid: i32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}

@@ -1,0 +1,1001 @@
+//! PostgreSQL lock URLs (issue 15, contract §12): lockrun against a real
+//! PostgreSQL that the test run starts for itself (Debian's postgresql
+//! package: initdb into a temporary directory as user nobody, a free
+//! loopback port, a private socket directory). Without it the tests say
+//! SKIPPED loudly, and fail under CI (LOCKRUN_TEST_REQUIRE_ALL).
+
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+const NOBODY: u32 = 65534;
+
+/// A private PostgreSQL server. The shell that started it waits on its
+/// stdin and stops the server (and removes its directory) when that pipe
+/// closes: when this struct is dropped or the test process ends.
+struct Server {
+    port: u16,
+    guard: Mutex<Option<(Child, ChildStdin)>>,
+    dir: PathBuf,
+}
+
+fn bin_dir() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("postgres").exists())
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn chown_nobody(path: &Path) {
+    std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+}
+
+fn as_nobody(program: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(program);
+    cmd
+}
+
+/// `psql` as the superuser, one statement, unaligned output.
+fn psql(port: u16, sql: &str) -> String {
+    let out = Command::new(bin_dir().expect("postgres bin").join("psql"))
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-p", &port.to_string(), "-c", sql])
+        .env_remove("PGPASSWORD")
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+impl Server {
+    /// `None` (after a loud skip) when PostgreSQL cannot be run here.
+    fn start(ssl: Option<&Path>) -> Option<Server> {
+        let Some(bin) = bin_dir() else {
+            skip("PostgreSQL is not installed (Debian: apt-get install postgresql)");
+            return None;
+        };
+        if !rustix::process::geteuid().is_root() || !has("setpriv") {
+            skip("needs root and setpriv to run PostgreSQL as user nobody");
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("lockrun-pg")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
+        chown_nobody(&dir);
+        let data = dir.join("data");
+        let sockets = dir.join("sock");
+        std::fs::create_dir(&sockets).expect("socket dir");
+        chown_nobody(&sockets);
+        let init = as_nobody(&bin.join("initdb"))
+            .args(["-U", "postgres", "-A", "trust", "--no-sync", "-D"])
+            .arg(&data)
+            .output()
+            .expect("run initdb");
+        assert!(
+            init.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        // The superuser without a password; everyone else with one, so
+        // that a wrong password can be tried.
+        let hba = data.join("pg_hba.conf");
+        std::fs::write(
+            &hba,
+            "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .expect("write pg_hba.conf");
+        chown_nobody(&hba);
+        let mut settings = vec![
+            "-c listen_addresses=127.0.0.1".to_owned(),
+            "-c fsync=off".to_owned(),
+            "-c max_connections=100".to_owned(),
+        ];
+        if let Some(certs) = ssl {
+            for file in ["server.crt", "server.key"] {
+                let to = data.join(file);
+                std::fs::copy(certs.join(file), &to).expect("copy server cert");
+                chown_nobody(&to);
+                std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                    .expect("chmod cert");
+            }
+            settings.push("-c ssl=on".to_owned());
+        }
+        for _attempt in 0..5 {
+            let port = free_port();
+            let script = format!(
+                "while :; do \"$0\" -D \"$1\" -p {port} -k \"$2\" {} 2>>\"$1/../log\" & p=$!; read x; r=$?; kill -INT $p; wait $p; [ $r = 0 ] && [ \"$x\" = restart ] || break; done; rm -rf \"$3\"",
+                settings.join(" ")
+            );
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &format!("exec setpriv --reuid=65534 --regid=65534 --clear-groups sh -c '{}' \"$0\" \"$1\" \"$2\" \"$3\"", script.replace('\'', "'\\''"))])
+                .arg(bin.join("postgres"))
+                .arg(&data)
+                .arg(&sockets)
+                .arg(&dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null());
+            let mut child = cmd.spawn().expect("start postgres");
+            let stdin = child.stdin.take().expect("stdin");
+            let server = Server {
+                port,
+                guard: Mutex::new(Some((child, stdin))),
+                dir: dir.clone(),
+            };
+            if server.wait_ready() {
+                psql(port, "CREATE ROLE app LOGIN PASSWORD 'secret'");
+                return Some(server);
+            }
+            // Lost the port to someone else: try another.
+            server.stop();
+        }
+        panic!(
+            "PostgreSQL did not start; see {}",
+            dir.join("log").display()
+        );
+    }
+
+    /// Ready when psql answers; false when the server exited first.
+    fn wait_ready(&self) -> bool {
+        let deadline = std::time::Instant::now() + BOUND;
+        loop {
+            let ok = Command::new(bin_dir().expect("bin").join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return true;
+            }
+            let mut guard = self.guard.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((child, _)) = guard.as_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                return false;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "PostgreSQL never became ready"
+            );
+            drop(guard);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A fast shutdown (every session is ended) and a start on the same
+    /// port and data.
+    fn restart(&self) {
+        if let Some((_, stdin)) = self
+            .guard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            std::io::Write::write_all(stdin, b"restart\n").expect("ask for a restart");
+        }
+    }
+
+    fn stop(&self) {
+        if let Some((mut child, stdin)) =
+            self.guard.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            drop(stdin);
+            let _ = wait_child(&mut child, BOUND);
+        }
+    }
+
+    /// A lock URL as the superuser (no password needed).
+    fn url(&self, name: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable#{name}",
+            self.port
+        )
+    }
+
+    /// A lock URL as `app`, whose password is `secret`.
+    fn app_url(&self, password: &str, name: &str) -> String {
+        format!(
+            "postgres://app:{password}@127.0.0.1:{}/postgres?sslmode=disable#{name}",
+            self.port
+        )
+    }
+
+    fn psql(&self, sql: &str) -> String {
+        psql(self.port, sql)
+    }
+
+    /// Sessions waiting for the advisory lock on NAME.
+    fn waiters(&self, name: &str) -> usize {
+        self.psql(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('{name}', 0)"
+        ))
+        .parse()
+        .expect("a count")
+    }
+
+    fn holders(&self, name: &str) -> usize {
+        self.psql(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('{name}', 0)"
+        ))
+        .parse()
+        .expect("a count")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One server for the whole test run (each test uses its own lock names).
+fn shared() -> Option<&'static Server> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    SERVER.get_or_init(|| Server::start(None)).as_ref()
+}
+
+fn stderr_of(bg: &mut Background) -> String {
+    let mut text = String::new();
+    if let Some(mut err) = bg.child.stderr.take() {
+        let _ = err.read_to_string(&mut text);
+    }
+    text
+}
+
+/// lockrun holding `url` while `sh -c SCRIPT` runs, stderr captured.
+fn holding(args: &[&str], url: &str, script: &str) -> (Background, Vec<String>) {
+    let mut cmd = std_lockrun();
+    cmd.args(args)
+        .arg(url)
+        .args(["--", "sh", "-c", script])
+        .stderr(Stdio::piped());
+    let bg = Background::spawn(cmd);
+    let words = bg.expect_ready();
+    (bg, words)
+}
+
+#[test]
+fn processes_exclude_each_other_and_get_increasing_fencing_tokens() {
+    let Some(pg) = shared() else { return };
+    let dir = temp_dir();
+    let counter = dir.path().join("counter");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&counter, "0\n").expect("write counter");
+    // Read, widen the race window, write: any overlap loses an update.
+    let body = format!(
+        "n=$(cat {c}); echo \"$LOCKRUN_FENCING_TOKEN\" >> {t}; sleep 0.01; echo $((n+1)) > {c}",
+        c = counter.display(),
+        t = tokens.display()
+    );
+    let (workers, rounds) = (4, 6);
+    let mut running: Vec<Child> = (0..workers)
+        .map(|_| {
+            let script = format!(
+                "i=0; while [ $i -lt {rounds} ]; do \"$0\" \"$1\" sh -c \"$2\" || exit 9; i=$((i+1)); done"
+            );
+            Command::new("sh")
+                .args(["-c", &script, bin(), &pg.url("counter"), &body])
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    for worker in &mut running {
+        let status = wait_child(worker, BOUND * 3);
+        assert!(status.success(), "a worker failed: {status:?}");
+    }
+    let total: usize = std::fs::read_to_string(&counter)
+        .expect("read counter")
+        .trim()
+        .parse()
+        .expect("counter is a number");
+    assert_eq!(
+        total,
+        workers * rounds,
+        "lost updates: the lock did not exclude"
+    );
+    let seen: Vec<i64> = std::fs::read_to_string(&tokens)
+        .expect("read tokens")
+        .lines()
+        .map(|l| l.parse().expect("a fencing token is a number"))
+        .collect();
+    assert_eq!(seen.len(), workers * rounds);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase in lock order: {seen:?}"
+    );
+}
+
+#[test]
+fn nonblocking_conflict_names_the_holder() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("busy");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let pid = &words[0];
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.starts_with(&format!("lockrun: {url} is held by pid {pid} (sh -c")),
+        "{stderr}"
+    );
+    lockrun()
+        .args(["-n", "-E", "3", &url, "true"])
+        .assert()
+        .code(3);
+    lockrun()
+        .args(["-n", "-q", &url, "true"])
+        .assert()
+        .code(75)
+        .stderr("");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
+
+#[test]
+fn a_timed_out_waiter_gives_up_and_leaves_no_waiter_behind() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("slow");
+    let (mut holder, _) = holding(&[], &url, "echo ready; read x");
+    let out = lockrun()
+        .args(["-w", "0.5", &url, "true"])
+        .assert()
+        .code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("timed out after"), "{stderr}");
+    wait_for("the waiter's session to go", || pg.waiters("slow") == 0);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn the_deadline_cancels_the_wait_in_the_server() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("cancelled");
+    let (mut holder, _) = holding(&[], &url, "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "3", &url, "true"]).stderr(Stdio::piped());
+    let mut waiter = Background::spawn(cmd);
+    wait_for("the waiter to queue in the server", || {
+        pg.waiters("cancelled") == 1
+    });
+    let backend = pg.psql(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('cancelled', 0)",
+    );
+    assert_eq!(waiter.wait_exit(BOUND).code(), Some(75));
+    // A cancel request ended the server-side wait (rather than lockrun
+    // leaving its waiting thread behind and the session ending with it).
+    let log = std::fs::read_to_string(pg.dir.join("log")).expect("server log");
+    assert!(
+        log.lines().any(|l| l.contains(&format!(
+            "[{backend}] ERROR:  canceling statement due to user request"
+        ))),
+        "no cancel for backend {backend} in the server log"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn a_signal_ends_a_server_side_wait_and_the_next_waiter_is_woken() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("signalled");
+    let (mut holder, _) = holding(&[], &url, "echo ready; read x");
+    // One waiter waits for ever with a live status line (a helper thread),
+    // the other without (the same server-side wait).
+    for args in [vec!["-v"], vec![]] {
+        let mut cmd = std_lockrun();
+        cmd.args(&args).args([&url, "true"]).stderr(Stdio::piped());
+        let mut waiter = Background::spawn(cmd);
+        wait_for("the waiter to queue in the server", || {
+            pg.waiters("signalled") == 1
+        });
+        kill(waiter.pid(), "TERM");
+        let status = waiter.wait_exit(BOUND);
+        assert_eq!(status.code(), Some(143), "{status:?}");
+        wait_for("the waiter's session to go", || {
+            pg.waiters("signalled") == 0
+        });
+    }
+    let mut cmd = std_lockrun();
+    cmd.args([&url, "sh", "-c", "echo got it"]);
+    let waiter = Background::spawn(cmd);
+    wait_for("the waiter to queue", || pg.waiters("signalled") == 1);
+    holder.release();
+    assert_eq!(waiter.line(BOUND).as_deref(), Some("got it"));
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn sigkill_of_lockrun_frees_the_lock_and_stops_the_command() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("crash");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; exec sleep 60");
+    let command: i32 = words[0].parse().expect("pid");
+    kill(holder.pid(), "KILL");
+    let _ = holder.wait_exit(BOUND);
+    wait_for("the command to die with lockrun", || process_gone(command));
+    lockrun()
+        .args(["-w", "10", &url, "true"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn a_terminated_session_stops_the_command_with_76() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("terminated");
+    let (mut holder, words) = holding(
+        &["--ttl", "1s", "--kill-grace", "1s"],
+        &url,
+        "trap 'echo got TERM; exit 0' TERM; echo ready $$; while :; do sleep 0.05; done",
+    );
+    let command: i32 = words[0].parse().expect("pid");
+    let json = holder_json(&url);
+    let backend = json["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("backend pid");
+    assert_eq!(
+        pg.psql(&format!("SELECT pg_terminate_backend({backend})")),
+        "t"
+    );
+    assert_eq!(holder.line(BOUND).as_deref(), Some("got TERM"));
+    let status = holder.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    let stderr = stderr_of(&mut holder);
+    assert!(stderr.contains("lockrun: "), "{stderr}");
+    assert!(process_gone(command));
+}
+
+#[test]
+fn a_wrong_password_is_69_with_a_clear_message_and_no_password() {
+    let Some(pg) = shared() else { return };
+    let url = pg.app_url("wrongpw", "auth");
+    let out = lockrun().args([&url, "true"]).assert().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("password authentication failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the command was not run"), "{stderr}");
+    assert!(!stderr.contains("wrongpw"), "{stderr}");
+    // The right one, from the environment rather than the URL.
+    let url = format!(
+        "postgres://app@127.0.0.1:{}/postgres?sslmode=disable#auth",
+        pg.port
+    );
+    lockrun()
+        .env("PGPASSWORD", "secret")
+        .args([&url, "true"])
+        .assert()
+        .success();
+    lockrun()
+        .env("PGPASSWORD", "nope")
+        .args([&url, "true"])
+        .assert()
+        .code(69);
+}
+
+#[test]
+fn the_password_is_in_no_title_record_or_holder_output() {
+    let Some(pg) = shared() else { return };
+    let url = pg.app_url("secret", "hidden");
+    let (mut holder, _) = holding(&[], &url, "echo ready; echo \"$LOCKRUN_LOCKFILE\"; read x");
+    let lockfile = holder.line(BOUND).expect("LOCKRUN_LOCKFILE");
+    assert!(!lockfile.contains("secret"), "{lockfile}");
+    assert!(lockfile.ends_with("#hidden"), "{lockfile}");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", holder.pid())).expect("cmdline");
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    assert!(!cmdline.contains("secret"), "{cmdline}");
+    for text in [holder_text(&url), holder_json(&url).to_string()] {
+        assert!(!text.contains("secret"), "{text}");
+    }
+    let activity =
+        pg.psql("SELECT string_agg(query || application_name, ' ') FROM pg_stat_activity");
+    assert!(!activity.contains("secret"), "{activity}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn holder_and_check_name_the_holding_session() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("inspected");
+    lockrun().args(["check", "-q", &url]).assert().code(1);
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let pid: i64 = words[0].parse().expect("pid");
+    lockrun().args(["check", "-q", &url]).assert().code(0);
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held", "{json}");
+    assert_eq!(json["record"]["pid"], pid, "{json}");
+    assert_eq!(json["record_holder_alive"], true, "{json}");
+    let backend = json["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("backend pid");
+    let key = pg.psql("SELECT hashtextextended('inspected', 0)");
+    assert_eq!(json["postgres"]["key"].to_string(), key, "{json}");
+    let app = json["postgres"]["application_name"]
+        .as_str()
+        .expect("app name");
+    assert!(
+        app.starts_with(&format!("lockrun {}@", holder.pid())),
+        "{app}"
+    );
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: held (exclusive) by pid {pid} `sh -c")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("PostgreSQL session: server pid {backend}")),
+        "{text}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    lockrun().args(["check", "-q", &url]).assert().code(1);
+    assert_eq!(holder_json(&url)["state"], "free");
+    assert_eq!(
+        holder_text(&url),
+        format!("{url}: free (PostgreSQL keeps no record of past holders)\n")
+    );
+}
+
+#[test]
+fn holder_of_an_unreachable_server_is_69() {
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable#x",
+        free_port()
+    );
+    lockrun().args(["check", "-q", &url]).assert().code(69);
+    let out = lockrun().args([&url, "true"]).assert().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.starts_with("lockrun: cannot take"), "{stderr}");
+}
+
+#[test]
+fn a_lock_taken_from_psql_with_the_documented_key_excludes_lockrun() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("from-sql");
+    let mut psql = Command::new(bin_dir().expect("bin").join("psql"))
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-p", &pg.port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut input = psql.stdin.take().expect("stdin");
+    std::io::Write::write_all(
+        &mut input,
+        b"SELECT pg_advisory_lock(hashtextextended('from-sql', 0)); SELECT 'ready';\n",
+    )
+    .expect("write to psql");
+    let mut lines = BufReader::new(psql.stdout.take().expect("stdout")).lines();
+    while lines.next().and_then(Result::ok).as_deref() != Some("ready") {}
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("PostgreSQL session"), "{stderr}");
+    let text = holder_text(&url);
+    assert!(
+        text.contains("held (exclusive) by a PostgreSQL session"),
+        "{text}"
+    );
+    drop(input);
+    let _ = wait_child(&mut psql, BOUND);
+    lockrun()
+        .args(["-w", "10", &url, "true"])
+        .assert()
+        .success();
+    assert_eq!(pg.holders("from-sql"), 0);
+}
+
+#[test]
+fn verbose_waiting_names_the_holder() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("verbose");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let out = lockrun()
+        .args(["-v", "-w", "0.3", &url, "true"])
+        .assert()
+        .code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains(&format!("pid {}", words[0])), "{stderr}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let out = lockrun().args(["-v", &url, "true"]).assert().success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("took the lock verbose (key "), "{stderr}");
+}
+
+#[test]
+fn a_server_restart_stops_the_command_with_76_and_the_lock_is_free_after() {
+    let Some(pg) = Server::start(None) else {
+        return;
+    };
+    let url = pg.url("restarted");
+    let (mut holder, words) = holding(
+        &["--ttl", "1s", "--kill-grace", "1s"],
+        &url,
+        "trap 'echo got TERM; exit 0' TERM; echo ready $$; while :; do sleep 0.05; done",
+    );
+    let command: i32 = words[0].parse().expect("pid");
+    pg.restart();
+    assert_eq!(holder.line(BOUND).as_deref(), Some("got TERM"));
+    let status = holder.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    assert!(process_gone(command));
+    assert!(pg.wait_ready());
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
+
+/// A test CA and a server certificate for `localhost`, made with openssl.
+fn certificates(dir: &Path) -> bool {
+    if !needs("openssl", "to make a test CA") {
+        return false;
+    }
+    let run = |args: &str| {
+        let status = Command::new("sh")
+            .current_dir(dir)
+            .args(["-c", &format!("openssl {args} 2>/dev/null")])
+            .status()
+            .expect("run openssl");
+        assert!(status.success(), "openssl {args}");
+    };
+    let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    for ca in ["ca", "other-ca"] {
+        run(&format!(
+            "req -x509 {ec} -keyout {ca}.key -out {ca}.crt -days 2 -subj /CN=lockrun-test-{ca}"
+        ));
+    }
+    std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost\n").expect("ext file");
+    run(&format!(
+        "req {ec} -keyout server.key -out server.csr -subj /CN=localhost"
+    ));
+    run(
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile ext",
+    );
+    true
+}
+
+#[test]
+fn tls_from_require_to_verify_full() {
+    let certs = temp_dir();
+    if !certificates(certs.path()) {
+        return;
+    }
+    let Some(pg) = Server::start(Some(certs.path())) else {
+        return;
+    };
+    let home = temp_dir();
+    let ca = certs.path().join("ca.crt");
+    let url = |host: &str, mode: &str, root: &Path| {
+        format!(
+            "postgres://app@{host}:{}/postgres?sslmode={mode}&sslrootcert={}#tls",
+            pg.port,
+            root.display()
+        )
+    };
+    let lockrun_tls = |url: &str| {
+        let mut cmd = lockrun();
+        cmd.env("PGPASSWORD", "secret").env("HOME", home.path());
+        cmd.args([url, "sh", "-c", "echo \"$LOCKRUN_FENCING_TOKEN\""]);
+        cmd.assert()
+    };
+    // The right CA and name: the session is encrypted.
+    let (mut holder, _) = {
+        let mut cmd = std_lockrun();
+        cmd.env("PGPASSWORD", "secret")
+            .env("HOME", home.path())
+            .arg(url("localhost", "verify-full", &ca))
+            .args(["sh", "-c", "echo ready; read x"])
+            .stderr(Stdio::piped());
+        let bg = Background::spawn(cmd);
+        let words = bg.expect_ready();
+        (bg, words)
+    };
+    let backend = pg.psql("SELECT l.pid FROM pg_locks l WHERE locktype = 'advisory' AND granted");
+    assert_eq!(
+        pg.psql(&format!(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = {backend}"
+        )),
+        "t"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // verify-ca checks the chain, not the name; verify-full both.
+    lockrun_tls(&url("127.0.0.1", "verify-ca", &ca)).success();
+    let out = lockrun_tls(&url("127.0.0.1", "verify-full", &ca)).code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("certificate"), "{stderr}");
+    let other = certs.path().join("other-ca.crt");
+    let out = lockrun_tls(&url("localhost", "verify-full", &other)).code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("certificate"), "{stderr}");
+    // sslrootcert=system: the system's CAs (here SSL_CERT_FILE, as
+    // OpenSSL reads it), and verify-full unless said otherwise.
+    let system = format!(
+        "postgres://app@localhost:{}/postgres?sslrootcert=system#tls",
+        pg.port
+    );
+    lockrun()
+        .env("PGPASSWORD", "secret")
+        .env("HOME", home.path())
+        .env("SSL_CERT_FILE", &ca)
+        .args([&system, "true"])
+        .assert()
+        .success();
+    lockrun()
+        .env("PGPASSWORD", "secret")
+        .env("HOME", home.path())
+        .env("SSL_CERT_FILE", &other)
+        .args([&system, "true"])
+        .assert()
+        .code(69);
+    // require encrypts without verifying (no root certificate anywhere).
+    let plain = format!(
+        "postgres://app@127.0.0.1:{}/postgres?sslmode=require#tls",
+        pg.port
+    );
+    lockrun_tls(&plain).success();
+    // And require against a server without TLS is refused.
+    if let Some(shared) = shared() {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=require#tls",
+            shared.port
+        );
+        lockrun().args([&url, "true"]).assert().code(69);
+    }
+}
+
+#[test]
+fn the_record_needs_the_same_role_or_pg_read_all_stats() {
+    let Some(pg) = shared() else { return };
+    pg.psql("DO $$ BEGIN CREATE ROLE viewer LOGIN PASSWORD 'secret'; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+    let url = pg.url("privileged");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let as_viewer = format!(
+        "postgres://viewer@127.0.0.1:{}/postgres?sslmode=disable#privileged",
+        pg.port
+    );
+    let look = || {
+        let out = lockrun()
+            .env("PGPASSWORD", "secret")
+            .args(["holder", "--json", &as_viewer])
+            .output()
+            .expect("run holder");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("holder JSON")
+    };
+    // Anyone who can connect sees that it is held, and by which session.
+    let json = look();
+    assert_eq!(json["state"], "held", "{json}");
+    assert!(json["record"].is_null(), "{json}");
+    assert!(json["postgres"]["backend_pid"].is_i64(), "{json}");
+    assert!(
+        json["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("pg_read_all_stats"),
+        "{json}"
+    );
+    let out = lockrun()
+        .env("PGPASSWORD", "secret")
+        .args(["holder", &as_viewer])
+        .output()
+        .expect("run holder");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("held (exclusive) by a PostgreSQL session"),
+        "{text}"
+    );
+    assert!(
+        text.contains("needs the same role or pg_read_all_stats"),
+        "{text}"
+    );
+    pg.psql("GRANT pg_read_all_stats TO viewer");
+    let json = look();
+    pg.psql("REVOKE pg_read_all_stats FROM viewer");
+    assert_eq!(json["record"]["pid"].to_string(), words[0], "{json}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn the_connection_comes_from_pg_variables_and_the_password_file() {
+    let Some(pg) = shared() else { return };
+    let dir = temp_dir();
+    let passfile = dir.path().join("pgpass");
+    std::fs::write(
+        &passfile,
+        format!(
+            "# comment\nother:1:*:*:nope\n127.0.0.1:{}:*:app:secret\n",
+            pg.port
+        ),
+    )
+    .expect("write pgpass");
+    let chmod = |mode| {
+        std::fs::set_permissions(
+            &passfile,
+            std::os::unix::fs::PermissionsExt::from_mode(mode),
+        )
+        .expect("chmod pgpass")
+    };
+    chmod(0o600);
+    let from_env = || {
+        let mut cmd = lockrun();
+        cmd.env("PGHOST", "127.0.0.1")
+            .env("PGPORT", pg.port.to_string())
+            .env("PGUSER", "app")
+            .env("PGDATABASE", "postgres")
+            .env("PGSSLMODE", "disable")
+            .env("PGPASSFILE", &passfile)
+            .env_remove("PGPASSWORD")
+            .args([
+                "postgres:///#from-env",
+                "sh",
+                "-c",
+                "echo $LOCKRUN_LOCKFILE",
+            ]);
+        cmd.assert()
+    };
+    from_env().success().stdout("postgres:///#from-env\n");
+    // Like libpq, a password file others can read is ignored, loudly.
+    chmod(0o644);
+    let out = from_env().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("has group or world access; ignored"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_lock_is_free_once_lockrun_has_exited() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("sequence");
+    // Each run must have let go before it exits, not when the server gets
+    // round to the closed connection: the next -n finds it free.
+    let script = "i=0; while [ $i -lt 40 ]; do \"$0\" \"$1\" true || exit 1; \"$0\" -n \"$1\" true || exit 2; i=$((i+1)); done";
+    let status = Command::new("sh")
+        .args(["-c", script, bin(), &url])
+        .status()
+        .expect("run the sequence");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn max_time_stops_the_command_and_releases_the_lock() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("max-time");
+    lockrun()
+        .args([
+            "--max-time",
+            "0.3",
+            "--kill-grace",
+            "1s",
+            &url,
+            "sleep",
+            "30",
+        ])
+        .assert()
+        .code(124);
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
+
+#[test]
+fn the_server_probes_the_holders_connection_within_the_ttl() {
+    let Some(pg) = shared() else { return };
+    if !needs(
+        "ss",
+        "to see the server's keepalive timer (Debian: iproute2)",
+    ) {
+        return;
+    }
+    let url = pg.url("keepalive");
+    let (mut holder, _) = holding(&["--ttl", "6s"], &url, "echo ready; read x");
+    let json = holder_json(&url);
+    let backend = json["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("backend pid");
+    let client_port = pg.psql(&format!(
+        "SELECT client_port FROM pg_stat_activity WHERE pid = {backend}"
+    ));
+    // The server's end of the holder's connection: its keepalive timer is
+    // the TTL (6s), not the system's default of two hours. (While a check
+    // is in flight ss shows the retransmission timer instead: look again.)
+    let mut text = String::new();
+    wait_for("ss to show the keepalive timer", || {
+        let out = Command::new("ss")
+            .args(["-tnoH", "state", "established"])
+            .arg(format!(
+                "( sport = :{} and dport = :{client_port} )",
+                pg.port
+            ))
+            .output()
+            .expect("run ss");
+        text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("timer:(keepalive,")
+    });
+    let timer = text
+        .split("timer:(keepalive,")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .unwrap_or("");
+    assert!(
+        timer.ends_with("sec") || timer.ends_with("ms"),
+        "keepalive timer {timer}: {text}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn names_with_quotes_and_backslashes_get_the_documented_key() {
+    let Some(pg) = shared() else { return };
+    // The fragment is percent-decoded: the lock's name is o'k\x.
+    let url = pg.url("o'k%5Cx");
+    let (mut holder, _) = holding(&[], &url, "echo ready; read x");
+    let json = holder_json(&url);
+    let key = pg.psql(r"SELECT hashtextextended('o''k\x', 0)");
+    assert_eq!(json["postgres"]["key"].to_string(), key, "{json}");
+    assert_eq!(pg.holders(r"o''k\x"), 1);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn a_url_that_cannot_work_is_a_usage_error() {
+    let url = "postgres://u@127.0.0.1:1/db?sslmode=sometimes#x";
+    for args in [vec![url, "true"], vec!["check", url], vec!["holder", url]] {
+        let out = lockrun().args(&args).assert().code(64);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(stderr.contains("sslmode 'sometimes'"), "{args:?}: {stderr}");
+    }
+    lockrun()
+        .args(["postgres://u@h/db", "true"])
+        .assert()
+        .code(64);
+}
