@@ -4,7 +4,6 @@
 use crate::etcd::{self, EtcdUrl};
 use crate::exit_codes::{self, Failure};
 use crate::fd_mode::FdOptions;
-use crate::generate;
 use crate::lock::{self, LockKind, LockSpec};
 use crate::mode::LockMode;
 use crate::persona;
@@ -79,7 +78,7 @@ pub struct Cli {
     pub inspect: Option<Inspect>,
     /// Print the man page or a shell completion script of this build, then exit
     #[arg(long, value_name = "KIND", value_enum)]
-    pub generate: Option<generate::Kind>,
+    pub generate: Option<GenerateKind>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -280,6 +279,18 @@ pub enum Inspect {
     },
 }
 
+/// What `--generate` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GenerateKind {
+    // lockrun(1), in roff.
+    Man,
+    CompleteBash,
+    CompleteZsh,
+    CompleteFish,
+    CompleteElvish,
+    CompletePowershell,
+}
+
 /// What the user asked for, without clap.
 pub enum Invocation {
     Run(RunOptions),
@@ -298,7 +309,7 @@ pub enum Invocation {
         target: LockTarget,
     },
     /// `--generate KIND`: print a man page or completion script.
-    Generate(generate::Kind),
+    Generate(GenerateKind),
     /// --help or --version: already printed.
     Done,
 }

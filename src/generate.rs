@@ -9,19 +9,8 @@
 //! so the two cannot drift apart.
 
 use crate::cli;
-use clap::ValueEnum;
 
-/// What `--generate` prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Kind {
-    // lockrun(1), in roff.
-    Man,
-    CompleteBash,
-    CompleteZsh,
-    CompleteFish,
-    CompleteElvish,
-    CompletePowershell,
-}
+pub use crate::cli::GenerateKind as Kind;
 
 /// The text `--generate KIND` prints for this build.
 ///

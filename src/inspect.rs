@@ -6,6 +6,8 @@
 //! cannot be complete (a network file system, a PID namespace that hides
 //! holders outside it) the answer is "unknown", never a guess of "free".
 
+pub mod etcd;
+pub mod postgres;
 mod slots;
 
 use crate::exit_codes::{self, Failure};

@@ -1,14 +1,22 @@
 //! lockrun: run a command while holding a kernel file lock, and tell who
 //! holds it.
 //!
-//! Dependencies flow one way. `cli` parses. `run` is the one run flow:
-//! waiting (`run::wait`), signals, starting and reaping the command,
-//! `--max-time` (`run::supervise`); it takes any backend through the seam
-//! in `backend` (`backend::file`, `backend::etcd`), which says what each
-//! can do and how its lock is taken, held and released. `inspect` and
-//! `report` answer `holder`/`check` and are never reached from the run
-//! path. All of them build on `record`, `identity` and `display`, and those
-//! on `platform`, the one place for operating-system specifics.
+//! Dependencies flow one way (tests/layering.rs checks it):
+//!
+//! - `main` dispatches; `cli` parses (and `generate` prints its man page
+//!   and completions).
+//! - `run` is the one run flow every backend plugs into: `run::wait` (the
+//!   one waiter: deadline, status line, signals), `run::command` (start
+//!   and reap), `run::supervise` (`--max-time`), `run::signals`,
+//!   `run::fd_mode` (flock(1)'s descriptor form), `run::urls` (lock URLs).
+//! - `backend` is the seam: `Capabilities`, `Contender`, `Backend`, `Held`;
+//!   each backend in its own folder (`file`, with `slots`; `etcd`;
+//!   `postgres`). A backend knows nothing of the run flow.
+//! - `inspect` and `report` answer `holder`/`check`, for every backend;
+//!   the run path never reaches them.
+//! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
+//!   `persona`, `exit_codes`, and `platform`, the one place for
+//!   operating-system specifics.
 
 pub mod backend;
 pub mod cli;
@@ -27,6 +35,7 @@ pub mod sanitize;
 
 // The backends' modules under their short names.
 pub use backend::etcd;
-pub use backend::file::{fd_mode, lock};
+pub use backend::file::lock;
 pub use backend::postgres;
+pub use run::fd_mode;
 pub use run::wait;

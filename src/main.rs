@@ -11,7 +11,7 @@ use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
 use lockrun::run::signals;
 use lockrun::run::{self, Ending};
-use lockrun::{etcd, fd_mode, persona, postgres, report};
+use lockrun::{fd_mode, persona, postgres, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -78,8 +78,8 @@ fn standard_streams_open() {
 fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     match invocation {
         Invocation::Run(opts) => run::run(&opts),
-        Invocation::EtcdRun(opts) => etcd::take_and_run(&opts),
-        Invocation::PgRun(opts) => postgres::take_and_run(&opts),
+        Invocation::EtcdRun(opts) => run::urls::etcd(&opts),
+        Invocation::PgRun(opts) => run::urls::postgres(&opts),
         Invocation::Fd(opts) => fd_mode::run(&opts).map(Ending::Status),
         Invocation::Holder { json, targets } => holder(json, &targets).map(Ending::Status),
         Invocation::Check {
@@ -104,8 +104,8 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
 fn inspect_target(target: &LockTarget, want_holders: bool) -> Result<inspect::Report, Failure> {
     match target {
         LockTarget::File(path) => inspect::inspect(path, want_holders),
-        LockTarget::Etcd(url) => etcd::look_up(url),
-        LockTarget::Postgres(url) => postgres::look_up(url),
+        LockTarget::Etcd(url) => inspect::etcd::look_up(url),
+        LockTarget::Postgres(url) => inspect::postgres::look_up(url),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The seam between the one run flow (`crate::run`) and where a lock lives.
 //!
 //! A backend says what it can do ([`Capabilities`]), how to contend for its
-//! lock ([`crate::run::wait::Contender`]), and what holding it means for the
+//! lock ([`Contender`]), and what holding it means for the
 //! command ([`Held`]): the variables it gets, where its record is kept, and
 //! how the lock is let go. Everything else (preparing the record, waiting,
 //! the status line, signals, starting and reaping the command, max-time)
@@ -14,9 +14,50 @@ pub mod postgres;
 
 use crate::exit_codes::Failure;
 use crate::record::Record;
-use crate::run::wait::Contender;
 use std::ffi::OsString;
 use std::os::fd::BorrowedFd;
+
+/// A blocking wait for the lock, run on a helper thread.
+pub type Blocking = Box<dyn FnOnce() -> Result<(), Failure> + Send>;
+
+/// A backend's part in waiting: how to try, how to block, who holds it.
+pub trait Contender {
+    /// One attempt without waiting. `Ok(false)`: someone else holds it.
+    fn try_acquire(&mut self) -> Result<bool, Failure>;
+    /// A blocking wait for a helper thread. It must return soon when the
+    /// thread gets the interrupt signal (a kernel lock call returns EINTR),
+    /// or be harmless to abandon.
+    fn blocking(&mut self) -> Result<Blocking, Failure>;
+    /// Blocks on this very thread, where the backend can (a kernel lock a
+    /// signal handler may end lockrun in); `None` where it cannot.
+    fn block_here(&mut self) -> Option<Result<(), Failure>> {
+        None
+    }
+    /// The wait ended (deadline, signal) while the helper blocks: make its
+    /// call return soon where the backend can (a lock server's cancel
+    /// request). A kernel lock needs nothing: the interrupt signal does it.
+    fn interrupt(&mut self) {}
+    /// Lets go of a lock obtained just as a signal ended the wait.
+    fn undo(&mut self) {}
+    /// Called once the lock is taken: `Ok(false)` when it was taken on
+    /// something that is no longer the lock (a lock file replaced or
+    /// deleted while we waited); the contender has let go of it and is
+    /// ready to contend again.
+    fn confirm(&mut self) -> Result<bool, Failure> {
+        Ok(true)
+    }
+    /// Whether waiting may go on (a lease still alive).
+    fn still_valid(&mut self) -> Result<(), Failure> {
+        Ok(())
+    }
+    /// Who holds the lock, in words, when that can be said with confidence.
+    fn holder(&mut self) -> Option<String>;
+}
+
+/// Finds the processes, besides the command (its pid is given, to leave
+/// out), holding the lock through lockrun's descriptor: what `--max-time`
+/// stops with it.
+pub type Inheritors = Box<dyn Fn(i32) -> Vec<i32> + Send>;
 
 /// What a backend supports; the run flow refuses the rest with a usage
 /// error naming the option, rather than silently ignoring it.
@@ -78,7 +119,7 @@ pub trait Held {
     /// Finds the processes, besides the command, that hold the lock through
     /// the descriptor lockrun handed down (children that inherited it), for
     /// `--max-time` to stop them too.
-    fn inheritors(&self) -> Option<crate::run::supervise::Inheritors> {
+    fn inheritors(&self) -> Option<Inheritors> {
         None
     }
     /// Lets go of the lock. `Err`: it was lost while the command ran (the

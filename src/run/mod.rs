@@ -9,9 +9,11 @@
 //! beside a running one.
 
 pub mod command;
+pub mod fd_mode;
 pub mod progress;
 pub mod signals;
 pub mod supervise;
+pub mod urls;
 pub mod wait;
 
 pub use command::{Ending, report_spawn_failure, wait_for_command};
@@ -98,12 +100,21 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         max_time: opts.max_time,
         kill_grace: opts.kill_grace,
     };
+    let opening = crate::backend::file::Opening {
+        path: &opts.path,
+        spec: opts.lock,
+        mode: opts.mode,
+        inherit: !opts.close_before_exec,
+        verbose: opts.verbose,
+        command: &opts.command,
+        waits: !opts.wait.nonblocking && opts.wait.timeout != Some(Duration::ZERO),
+    };
     match opts.slots {
         Some(n) => run_with(
-            crate::backend::file::slots::SlotsBackend::open(opts, n)?,
+            crate::backend::file::slots::SlotsBackend::open(&opening, n)?,
             &flow,
         ),
-        None => run_with(crate::backend::file::FileBackend::open(opts)?, &flow),
+        None => run_with(crate::backend::file::FileBackend::open(&opening)?, &flow),
     }
 }
 
@@ -165,7 +176,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     let started = unsafe {
         platform::start_command(&command, signals::handled(), move || {
             if let (Some(child), Some(fd)) = (&child_record, record_fd) {
-                signals::tolerating_file_size_limit(|| {
+                crate::platform::tolerating_file_size_limit(|| {
                     child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd));
                 });
             }

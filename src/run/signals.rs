@@ -89,96 +89,6 @@ extern "C" fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc:
     crate::platform::keeping_errno(|| on_signal(sig, code == SI_KERNEL));
 }
 
-/// The signal the waiter sends its helper thread to end a blocking lock
-/// call early (at the deadline, or when a signal ends the wait). Its
-/// handler does nothing and is installed without SA_RESTART, so the
-/// blocking call returns EINTR.
-fn interrupt_signal() -> i32 {
-    libc::SIGRTMIN()
-}
-
-extern "C" fn interrupted(_: libc::c_int) {}
-
-/// Installs the no-op handler for [`interrupt_helper`]. Idempotent.
-fn install_interrupt() -> io::Result<()> {
-    static ONCE: Once = Once::new();
-    let mut result = Ok(());
-    ONCE.call_once(|| {
-        // SAFETY: a zeroed sigaction is a valid empty one; the handler does
-        // nothing.
-        let installed = unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = interrupted as *const () as libc::sighandler_t;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(interrupt_signal(), &action, std::ptr::null_mut())
-        };
-        if installed != 0 {
-            result = Err(io::Error::last_os_error());
-        } else {
-            HANDLED.fetch_or(1 << interrupt_signal(), SeqCst);
-        }
-    });
-    result
-}
-
-/// Starts a helper thread with every forwarded signal blocked, so that a
-/// handler only ever runs on the main thread, where the wake pipe is known
-/// to be open while `WAKE` names it. Only the interrupt signal reaches the
-/// helper.
-pub fn spawn_helper<T: Send + 'static>(
-    name: &str,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> io::Result<std::thread::JoinHandle<T>> {
-    install_interrupt()?;
-    // SAFETY: plain calls on local, initialised signal sets; the old mask
-    // is restored before returning.
-    let old = unsafe {
-        let mut blocked = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigfillset(blocked.as_mut_ptr());
-        libc::sigdelset(blocked.as_mut_ptr(), interrupt_signal());
-        let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::pthread_sigmask(libc::SIG_BLOCK, blocked.as_ptr(), old.as_mut_ptr());
-        old.assume_init()
-    };
-    // std's default stack: a helper may run a remote client's futures,
-    // which need more than a kernel lock call; untouched pages cost nothing.
-    let spawned = std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(work);
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    spawned
-}
-
-/// Makes a blocking system call on the helper thread return EINTR.
-pub fn interrupt_helper<T>(helper: &std::thread::JoinHandle<T>) {
-    use std::os::unix::thread::JoinHandleExt;
-    if !helper.is_finished() {
-        // SAFETY: the thread has not been joined, so its pthread_t is valid.
-        unsafe { libc::pthread_kill(helper.as_pthread_t(), interrupt_signal()) };
-    }
-}
-
-/// Runs `write` with SIGXFSZ ignored: under `ulimit -f` (systemd's
-/// LimitFSIZE) a record write past the limit must fail with EFBIG, not kill
-/// lockrun or the command's process before its exec. Setting the signal to
-/// ignored again afterwards discards one raised while it was blocked.
-/// Async-signal-safe: it also runs in the command's process before exec.
-pub fn tolerating_file_size_limit<T>(write: impl FnOnce() -> T) -> T {
-    // SAFETY: sigaction on a local struct; async-signal-safe.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        let mut ignore: libc::sigaction = std::mem::zeroed();
-        ignore.sa_sigaction = libc::SIG_IGN;
-        libc::sigemptyset(&mut ignore.sa_mask);
-        libc::sigaction(libc::SIGXFSZ, &ignore, &mut old);
-        let result = write();
-        libc::sigaction(libc::SIGXFSZ, &ignore, std::ptr::null_mut());
-        libc::sigaction(libc::SIGXFSZ, &old, std::ptr::null_mut());
-        result
-    }
-}
-
 /// [`install`], for a command about to be started: a failure ends lockrun.
 pub fn install_for_command() -> Result<(), crate::exit_codes::Failure> {
     install().map_err(|e| {
@@ -192,7 +102,8 @@ pub fn install_for_command() -> Result<(), crate::exit_codes::Failure> {
 /// The signals lockrun catches, one bit each: the command must start with
 /// them back at their default, before anything of ours runs in it.
 pub fn handled() -> u64 {
-    HANDLED.load(SeqCst)
+    let interrupt = crate::platform::interrupt_signal_in_use().map_or(0, |sig| 1 << sig);
+    HANDLED.load(SeqCst) | interrupt
 }
 
 fn is_ignored(sig: i32) -> bool {

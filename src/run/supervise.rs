@@ -13,9 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Finds the processes, besides the command, holding the lock through us.
-/// It is given the command's pid, which it leaves out.
-pub type Inheritors = Box<dyn Fn(i32) -> Vec<i32> + Send>;
+pub use crate::backend::Inheritors;
 
 /// What a stop did, for the message and the record.
 #[derive(Debug, Clone)]
@@ -98,7 +96,7 @@ impl Supervisor {
         let inheritors = held.inheritors();
         let inner = Arc::clone(&shared);
         let deadline = Instant::now().checked_add(limit);
-        let thread = crate::run::signals::spawn_helper("max-time", move || {
+        let thread = crate::platform::spawn_helper("max-time", move || {
             watch(&inner, deadline, limit, grace, command, inheritors);
         })
         .ok();

@@ -16,6 +16,7 @@
 //! and collects its answer. A lock it got in that instant counts as
 //! acquired at the deadline, and is let go of when a signal ends the wait.
 
+use crate::backend::Contender;
 use crate::exit_codes::Failure;
 use crate::run::signals::{self, LOCKED, WakePipe};
 use std::sync::mpsc;
@@ -35,43 +36,6 @@ impl WaitPolicy {
     fn waits(&self) -> bool {
         !self.nonblocking && self.timeout != Some(Duration::ZERO)
     }
-}
-
-/// A blocking wait for the lock, run on a helper thread.
-pub type Blocking = Box<dyn FnOnce() -> Result<(), Failure> + Send>;
-
-/// A backend's part in waiting: how to try, how to block, who holds it.
-pub trait Contender {
-    /// One attempt without waiting. `Ok(false)`: someone else holds it.
-    fn try_acquire(&mut self) -> Result<bool, Failure>;
-    /// A blocking wait for a helper thread. It must return soon when the
-    /// thread gets the interrupt signal (a kernel lock call returns EINTR),
-    /// or be harmless to abandon.
-    fn blocking(&mut self) -> Result<Blocking, Failure>;
-    /// Blocks on this very thread, where the backend can (a kernel lock a
-    /// signal handler may end lockrun in); `None` where it cannot.
-    fn block_here(&mut self) -> Option<Result<(), Failure>> {
-        None
-    }
-    /// The wait ended (deadline, signal) while the helper blocks: make its
-    /// call return soon where the backend can (a lock server's cancel
-    /// request). A kernel lock needs nothing: the interrupt signal does it.
-    fn interrupt(&mut self) {}
-    /// Lets go of a lock obtained just as a signal ended the wait.
-    fn undo(&mut self) {}
-    /// Called once the lock is taken: `Ok(false)` when it was taken on
-    /// something that is no longer the lock (a lock file replaced or
-    /// deleted while we waited); the contender has let go of it and is
-    /// ready to contend again.
-    fn confirm(&mut self) -> Result<bool, Failure> {
-        Ok(true)
-    }
-    /// Whether waiting may go on (a lease still alive).
-    fn still_valid(&mut self) -> Result<(), Failure> {
-        Ok(())
-    }
-    /// Who holds the lock, in words, when that can be said with confidence.
-    fn holder(&mut self) -> Option<String>;
 }
 
 /// Told about a wait as it goes, to show progress. Knows nothing of
@@ -267,7 +231,7 @@ fn start_helper(contender: &mut dyn Contender, wake: &WakePipe) -> Result<Helper
     let blocking = contender.blocking().map_err(NotAcquired::Failed)?;
     let writer = wake.writer().map_err(|e| NotAcquired::Failed(local(&e)))?;
     let (report, answer) = mpsc::channel();
-    let thread = signals::spawn_helper("lock-wait", move || {
+    let thread = crate::platform::spawn_helper("lock-wait", move || {
         let _ = report.send(blocking());
         let _ = rustix::io::write(&writer, &[LOCKED]);
     })
@@ -291,7 +255,7 @@ fn finish_helper(helper: Helper, wake: WakePipe) -> Option<Result<(), NotAcquire
         }
         // Sent again until it answers: a signal that lands just before the
         // helper enters its blocking call is lost on it.
-        signals::interrupt_helper(&helper.thread);
+        crate::platform::interrupt_helper(&helper.thread);
         let _ = wake.wait(Duration::from_millis(10));
     }
 }

@@ -12,45 +12,16 @@ use super::RunOptions;
 use super::client::{Attempt, Client, EtcdError, Kv, key_for};
 use super::session::Session;
 use crate::backend::{Backend, Capabilities, Held};
+use crate::backend::{Blocking, Contender};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::record::Record;
-use crate::run::wait::{Blocking, Contender};
-use crate::run::{Ending, Flow};
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 /// How long a release or clean-up call may take: lockrun is finishing and
 /// must not hang on an etcd that stopped answering.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The run form on a lock URL.
-pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
-    let label = display::escape(&opts.url.text);
-    crate::run::signals::install_for_command()?;
-    let backend = EtcdBackend::start(opts, &label)?;
-    crate::run::run_with(
-        backend,
-        &Flow {
-            label,
-            lockfile: OsString::from(&opts.url.text),
-            mode: crate::mode::LockMode::Exclusive,
-            wait: crate::run::wait::WaitPolicy {
-                nonblocking: opts.nonblocking,
-                timeout: opts.timeout,
-                poll: None,
-            },
-            conflict_status: opts.conflict_status,
-            exec_in_place: false,
-            command: &opts.command,
-            quiet: opts.quiet,
-            verbose: opts.verbose,
-            write_record: opts.write_record,
-            max_time: opts.max_time,
-            kill_grace: opts.kill_grace,
-        },
-    )
-}
 
 pub struct EtcdBackend {
     client: Client,
@@ -75,7 +46,7 @@ fn unavailable(label: &str, e: &EtcdError) -> Failure {
 }
 
 impl EtcdBackend {
-    fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
+    pub fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
         let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
         let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);

@@ -15,15 +15,11 @@
 #[cfg(feature = "etcd")]
 pub mod client;
 #[cfg(feature = "etcd")]
-pub mod inspect;
-#[cfg(feature = "etcd")]
 pub mod lock;
 #[cfg(feature = "etcd")]
 pub mod session;
 
 use crate::exit_codes::Failure;
-use crate::inspect::Report;
-use crate::run::Ending;
 use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
@@ -48,28 +44,6 @@ pub struct RunOptions {
     pub ttl: Duration,
     pub kill_grace: Duration,
     pub max_time: Option<Duration>,
-}
-
-/// The run form on a lock URL.
-pub fn take_and_run(opts: &RunOptions) -> Result<Ending, Failure> {
-    #[cfg(feature = "etcd")]
-    return lock::run(opts);
-    #[cfg(not(feature = "etcd"))]
-    {
-        let _ = opts;
-        Err(not_built())
-    }
-}
-
-/// `holder`/`check` on a lock URL.
-pub fn look_up(url: &EtcdUrl) -> Result<Report, Failure> {
-    #[cfg(feature = "etcd")]
-    return Ok(inspect::inspect(url));
-    #[cfg(not(feature = "etcd"))]
-    {
-        let _ = url;
-        Err(not_built())
-    }
 }
 
 /// What a build without the `etcd` feature says to a lock URL.

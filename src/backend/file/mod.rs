@@ -1,20 +1,33 @@
 //! Locks on files: flock(2) on an open file, released by the kernel when
 //! the last descriptor closes. The record lives in the lock file itself.
 
-pub mod fd_mode;
 pub mod holder;
 pub mod lock;
 pub mod slots;
 
 use super::{Backend, Capabilities, Held};
+use crate::backend::{Blocking, Contender};
 use crate::exit_codes::{self, Failure};
 use crate::persona;
 use crate::record::{self, NoRecord, Record};
-use crate::run::RunOptions;
-use crate::run::wait::{Blocking, Contender};
 use lock::{LockFile, LockMode, LockSpec};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
+
+/// What to open for a run on a lock file, as the run form asks for it.
+pub struct Opening<'a> {
+    pub path: &'a std::path::Path,
+    /// Which lock (flock or OFD, byte range) and on what (path or `--fd`).
+    pub spec: LockSpec,
+    pub mode: LockMode,
+    /// The command inherits the lock descriptor (not `-o`).
+    pub inherit: bool,
+    pub verbose: bool,
+    /// For the record of whoever sets a `--slots` number.
+    pub command: &'a [std::ffi::OsString],
+    /// Whether the run may wait at all (not `-n`, not `-w 0`).
+    pub waits: bool,
+}
 
 pub struct FileBackend {
     lock: LockFile,
@@ -32,15 +45,15 @@ pub struct FileBackend {
 }
 
 impl FileBackend {
-    pub fn open(opts: &RunOptions) -> Result<FileBackend, Failure> {
+    pub fn open(opts: &Opening) -> Result<FileBackend, Failure> {
         Ok(FileBackend {
-            lock: LockFile::open_for(&opts.path, opts.lock, opts.mode, !opts.close_before_exec)?,
+            lock: LockFile::open_for(opts.path, opts.spec, opts.mode, opts.inherit)?,
             mode: opts.mode,
             label: crate::display::escape(&opts.path.to_string_lossy()),
-            inherit: !opts.close_before_exec,
+            inherit: opts.inherit,
             // A lent descriptor (`--fd`) is never opened again by path.
-            path: opts.lock.fd.is_none().then(|| opts.path.clone()),
-            spec: opts.lock,
+            path: opts.spec.fd.is_none().then(|| opts.path.to_owned()),
+            spec: opts.spec,
             verbose: opts.verbose,
             lent_fd: None,
         })
@@ -242,7 +255,7 @@ impl Held for FileHeld {
         let len_now = file.metadata().map(|m| m.len()).ok();
         if !released {
             // -F: our own record, written before the exec.
-            return crate::run::signals::tolerating_file_size_limit(|| {
+            return crate::platform::tolerating_file_size_limit(|| {
                 record::write(file, &record.to_line(), len_now)
             })
             .map_err(|e| e.to_string());
@@ -252,9 +265,7 @@ impl Held for FileHeld {
         if len_now == Some(0) {
             return Err(String::new());
         }
-        match crate::run::signals::tolerating_file_size_limit(|| {
-            record::write_release(file, record)
-        }) {
+        match crate::platform::tolerating_file_size_limit(|| record::write_release(file, record)) {
             Ok(record::Release::Written) => Ok(()),
             Ok(record::Release::LeftAlone(why)) => {
                 if self.verbose {
@@ -266,7 +277,7 @@ impl Held for FileHeld {
         }
     }
 
-    fn inheritors(&self) -> Option<crate::run::supervise::Inheritors> {
+    fn inheritors(&self) -> Option<crate::backend::Inheritors> {
         if !self.inherit {
             return None;
         }

@@ -37,16 +37,15 @@
 //! for as long as all slots are full, and `-n` must answer from the slots,
 //! not from the queue.
 
+use super::Opening;
 use super::lock::{LockFile, LockMode};
 use super::{FileBackend, FileHeld};
 use crate::backend::{Backend, Capabilities, Held};
+use crate::backend::{Blocking, Contender};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
 use crate::record::{self, Record, SlotsHeader};
-use crate::run::RunOptions;
-use crate::run::signals;
-use crate::run::wait::{Blocking, Contender};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -93,9 +92,9 @@ struct Inner {
 }
 
 impl SlotsBackend {
-    pub fn open(opts: &RunOptions, n: u16) -> Result<SlotsBackend, Failure> {
+    pub fn open(opts: &Opening, n: u16) -> Result<SlotsBackend, Failure> {
         let label = display::escape(&opts.path.to_string_lossy());
-        let queue = LockFile::open(&opts.path, false)?;
+        let queue = LockFile::open(opts.path, false)?;
         if queue.is_dir {
             return Err(Failure::new(
                 exit_codes::USAGE,
@@ -111,12 +110,12 @@ impl SlotsBackend {
         }
         let saved_nofile = room_for(n);
         let slots = (1..=n)
-            .map(|k| LockFile::open(&record::slot_path(&opts.path, k), false))
+            .map(|k| LockFile::open(&record::slot_path(opts.path, k), false))
             .collect::<Result<Vec<_>, _>>()?;
         let cwd = std::env::current_dir().ok();
         let mut set_by = Record::starting(
             Me::gather(),
-            &opts.command,
+            opts.command,
             cwd.as_deref(),
             LockMode::Exclusive,
         );
@@ -127,7 +126,7 @@ impl SlotsBackend {
             set_by: Some(set_by),
         }
         .to_line();
-        let waits = !opts.wait.nonblocking && opts.wait.timeout != Some(Duration::ZERO);
+        let waits = opts.waits;
         Ok(SlotsBackend {
             inner: Arc::new(Inner {
                 queue,
@@ -138,7 +137,7 @@ impl SlotsBackend {
                 chosen: Mutex::new(None),
                 status: AtomicU8::new(exit_codes::OS_ERROR),
             }),
-            inherit: !opts.close_before_exec,
+            inherit: opts.inherit,
             jump_queue: !waits,
             saved_nofile,
         })
@@ -221,7 +220,7 @@ impl Inner {
                 ),
             ))
         })?;
-        signals::tolerating_file_size_limit(|| record::write(&file, &self.header, None))
+        crate::platform::tolerating_file_size_limit(|| record::write(&file, &self.header, None))
             .map_err(|e| self.os_error(&self.queue, "cannot write the number of slots to", &e))
     }
 
@@ -297,7 +296,7 @@ impl Inner {
         for slot in 0..self.slots.len() {
             let (inner, answers, pipe) =
                 (Arc::clone(self), Arc::clone(&answers), Arc::clone(&pipe));
-            let spawned = signals::spawn_helper("slot-wait", move || {
+            let spawned = crate::platform::spawn_helper("slot-wait", move || {
                 let got = inner.slots[slot].lock(LockMode::Exclusive);
                 let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
                 match got {
@@ -346,7 +345,7 @@ impl Inner {
         // through the pipe. Sent again only when answers stop coming: a
         // signal that lands just before a thread enters flock is lost on it.
         for thread in &waiters {
-            signals::interrupt_helper(thread);
+            crate::platform::interrupt_helper(thread);
         }
         let give_up = Instant::now() + Duration::from_secs(1);
         let again = Timespec {
@@ -358,7 +357,7 @@ impl Inner {
             match poll(&mut fds, Some(&again)) {
                 Ok(0) => {
                     for thread in &waiters {
-                        signals::interrupt_helper(thread);
+                        crate::platform::interrupt_helper(thread);
                     }
                 }
                 Ok(_) => {
@@ -545,7 +544,7 @@ impl Held for SlotHeld {
         self.held.store_record(record, released)
     }
 
-    fn inheritors(&self) -> Option<crate::run::supervise::Inheritors> {
+    fn inheritors(&self) -> Option<crate::backend::Inheritors> {
         self.held.inheritors()
     }
 

@@ -12,44 +12,15 @@ use super::RunOptions;
 use super::connect::{self, Target};
 use super::session::{self, Session};
 use crate::backend::{Backend, Capabilities, Held};
+use crate::backend::{Blocking, Contender};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::record::Record;
-use crate::run::wait::{Blocking, Contender};
-use crate::run::{Ending, Flow};
 use postgres::error::SqlState;
 use postgres::{CancelToken, Client, SimpleQueryMessage};
 use std::ffi::OsString;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-
-/// The run form on a PostgreSQL lock URL.
-pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
-    let label = display::escape(&opts.url.text);
-    crate::run::signals::install_for_command()?;
-    let backend = PgBackend::start(opts, &label)?;
-    crate::run::run_with(
-        backend,
-        &Flow {
-            label,
-            lockfile: OsString::from(&opts.url.text),
-            mode: crate::lock::LockMode::Exclusive,
-            wait: crate::run::wait::WaitPolicy {
-                nonblocking: opts.nonblocking,
-                timeout: opts.timeout,
-                poll: None,
-            },
-            conflict_status: opts.conflict_status,
-            exec_in_place: false,
-            command: &opts.command,
-            quiet: opts.quiet,
-            verbose: opts.verbose,
-            write_record: opts.write_record,
-            max_time: opts.max_time,
-            kill_grace: opts.kill_grace,
-        },
-    )
-}
 
 /// pg_locks shows a bigint advisory key as two oids: the high and the low
 /// 32 bits.
@@ -145,7 +116,7 @@ fn application_name() -> String {
 }
 
 impl PgBackend {
-    fn start(opts: &RunOptions, label: &str) -> Result<PgBackend, Failure> {
+    pub fn start(opts: &RunOptions, label: &str) -> Result<PgBackend, Failure> {
         // Below a second the checks would be a busy loop and keepalives
         // (whole seconds) could not follow.
         let ttl = opts.ttl.max(Duration::from_secs(1));
@@ -325,7 +296,7 @@ impl Contender for PgBackend {
                 self.side.as_mut()?
             }
         };
-        let sessions = super::inspect::sessions(client, self.key).ok()?;
+        let sessions = super::sessions::sessions(client, self.key).ok()?;
         let holding = sessions.into_iter().find(|s| s.granted);
         Some(match holding {
             Some(session) => session.describe(),

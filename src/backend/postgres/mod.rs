@@ -31,15 +31,13 @@
 #[cfg(feature = "postgres")]
 pub mod connect;
 #[cfg(feature = "postgres")]
-pub mod inspect;
-#[cfg(feature = "postgres")]
 pub mod lock;
 #[cfg(feature = "postgres")]
 pub mod session;
+#[cfg(feature = "postgres")]
+pub mod sessions;
 
 use crate::exit_codes::Failure;
-use crate::inspect::Report;
-use crate::run::Ending;
 use std::ffi::OsString;
 use std::fmt;
 use std::ops::Range;
@@ -66,28 +64,6 @@ pub struct RunOptions {
     pub ttl: Duration,
     pub kill_grace: Duration,
     pub max_time: Option<Duration>,
-}
-
-/// The run form on a PostgreSQL lock URL.
-pub fn take_and_run(opts: &RunOptions) -> Result<Ending, Failure> {
-    #[cfg(feature = "postgres")]
-    return lock::run(opts);
-    #[cfg(not(feature = "postgres"))]
-    {
-        let _ = opts;
-        Err(not_built())
-    }
-}
-
-/// `holder`/`check` on a PostgreSQL lock URL.
-pub fn look_up(url: &PgUrl) -> Result<Report, Failure> {
-    #[cfg(feature = "postgres")]
-    return inspect::inspect(url);
-    #[cfg(not(feature = "postgres"))]
-    {
-        let _ = url;
-        Err(not_built())
-    }
 }
 
 pub fn not_built() -> Failure {

@@ -5,7 +5,7 @@
 //! The lock belongs to the open file description, which the shell's fd 9
 //! shares with ours, so it outlives lockrun until the subshell closes fd 9.
 
-use super::FileBackend;
+use crate::backend::file::FileBackend;
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::lock::{self, LockFile, LockKind};
@@ -57,7 +57,7 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
                 // `lockrun holder FILE` hint works.
                 let file = lock::describe_fd(opts.fd);
                 let file = display::escape(&file.to_string_lossy());
-                let holder = super::holder::conflict_holder(backend.lock(), &file);
+                let holder = crate::backend::file::holder::conflict_holder(backend.lock(), &file);
                 eprintln!("lockrun: {}", display::busy(&file, &holder, waited));
             }
             Ok(opts.conflict_status)
