@@ -58,10 +58,8 @@ impl WaitObserver for Progress<'_> {
     fn waiting(&mut self, waited: Duration) {
         if self.verbose && !self.announced {
             self.announced = true;
-            let held = held_by(self.lock)
-                .map(|h| format!("held by {h}"))
-                .unwrap_or_else(|| "held by a process that left no holder record".to_owned());
-            eprintln!("lockrun: waiting for {}, {held}", self.label);
+            let held = conflict_holder(self.lock, &self.label);
+            eprintln!("lockrun: waiting for {}, held by {held}", self.label);
         }
         if self.is_live() && waited >= Duration::from_secs(1) {
             let holder = held_by(self.lock).unwrap_or_else(|| "another process".to_owned());
