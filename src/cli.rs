@@ -45,7 +45,8 @@ Lock URLs: etcd://HOST:PORT[,HOST:PORT...]/NAME takes the lock in etcd v3
 const EXIT_STATUS: &str = "\
 Exit status: the command's; 75 lock busy or timed out (-E to change);
 64 usage; 66 cannot open/create; 71 OS error; 77 unsafe lock file;
-126/127 command not executable/not found; 128+N signal N while waiting";
+126/127 command not executable/not found; 128+N signal N while waiting;
+124 stopped at --max-time";
 
 const EXIT_STATUS_ETCD: &str = ";
 69 etcd unreachable (command not run); 76 etcd lock lost (command stopped).";
@@ -210,7 +211,8 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// The options of lock URLs, only in a build that has them.
+// The options of lock URLs, only in a build that has them (a doc comment
+// here would become help text).
 #[derive(Debug, Args, PartialEq, Default)]
 pub struct EtcdArgs {
     /// etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]
@@ -796,6 +798,11 @@ fn run_invocation(
             ));
         }
     };
+    if args.max_time == Some(Duration::ZERO) {
+        return Err(usage(
+            "--max-time must be more than 0: the command would be stopped before it ran",
+        ));
+    }
     // `-u FILE COMMAND`: flock(1) opens the file, "unlocks" its new
     // descriptor, which holds nothing, and runs the command. So does lockrun;
     // with `--fd N` that would leave N's lock alone, which is not what -u

@@ -107,6 +107,7 @@ fn usage_errors() {
         vec!["-F", "--max-time", "1s"],
         vec!["--max-time", "soon"],
         vec!["--kill-grace", "1s"],
+        vec!["--max-time", "0"],
     ] {
         lockrun()
             .args(&args)

@@ -50,8 +50,12 @@ pub trait Contender {
     fn still_valid(&mut self) -> Result<(), Failure> {
         Ok(())
     }
-    /// Who holds the lock, in words, when that can be said with confidence.
+    /// Who holds the lock, in words, when that can be said with confidence
+    /// (the live status line).
     fn holder(&mut self) -> Option<String>;
+    /// The conflict message's (and `-v`'s) words for whoever holds the
+    /// lock, whatever can be said of it.
+    fn conflict_holder(&mut self) -> String;
 }
 
 /// Finds the processes, besides the command (its pid is given, to leave
@@ -79,8 +83,6 @@ pub trait Backend: Contender {
     type Held: Held;
     const CAPS: Capabilities;
 
-    /// The conflict message's words for whoever holds the lock.
-    fn conflict_holder(&mut self) -> String;
     /// Exit status when taking the lock failed for a reason other than a
     /// holder (71 a file's OS error, 69 an unreachable service).
     fn failure_status(&self) -> u8;

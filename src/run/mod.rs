@@ -223,14 +223,20 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     }
     if let Err(reason) = held.release() {
         eprintln!(
-            "lockrun: lost the lock {} while the command ran: {reason}; the command (pid {pid}) was sent SIGTERM (and SIGKILL if it still ran {} later)",
+            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}) was sent SIGTERM (and SIGKILL if it still ran {} later)",
+            persona::name(),
             flow.label,
             display::span(flow.kill_grace)
         );
         return Ok(Ending::Status(exit_codes::LOCK_LOST));
     }
     if let Some(stopped) = stopped {
-        eprintln!("lockrun: {}: {}", flow.label, stopped.describe());
+        eprintln!(
+            "{}: {}: {}",
+            persona::name(),
+            flow.label,
+            stopped.describe()
+        );
         return Ok(Ending::Status(exit_codes::MAX_TIME));
     }
     Ok(Ending::of(status))

@@ -3,6 +3,7 @@
 //! waits stay silent) that disappears once the lock is taken. Never a live
 //! line when stderr is a file or a pipe: cron mail and logs get no `\r`.
 
+use crate::backend::Contender;
 use crate::display;
 use crate::run::wait::WaitObserver;
 use std::io::Write;
@@ -44,16 +45,18 @@ impl Progress {
 }
 
 impl WaitObserver for Progress {
-    fn waiting(&mut self, waited: Duration, holder: &mut dyn FnMut() -> Option<String>) {
+    fn waiting(&mut self, waited: Duration, lock: &mut dyn Contender) {
         if self.verbose && !self.announced {
             self.announced = true;
-            let held = holder()
-                .map(|h| format!("held by {h}"))
-                .unwrap_or_else(|| "held by a process that left no holder record".to_owned());
-            eprintln!("lockrun: waiting for {}, {held}", self.label);
+            // The same words as a conflict message: a record names the
+            // holder only where the kernel confirms it.
+            let held = lock.conflict_holder();
+            eprintln!("lockrun: waiting for {}, held by {held}", self.label);
         }
         if self.is_live() && waited >= Duration::from_secs(1) {
-            let holder = holder().unwrap_or_else(|| "another process".to_owned());
+            let holder = lock
+                .holder()
+                .unwrap_or_else(|| "another process".to_owned());
             let limit = self
                 .timeout
                 .map(|t| format!(" / {}", display::span(t)))

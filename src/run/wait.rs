@@ -41,7 +41,7 @@ impl WaitPolicy {
 /// Told about a wait as it goes, to show progress. Knows nothing of
 /// terminals here; the caller decides what to show.
 pub trait WaitObserver {
-    fn waiting(&mut self, waited: Duration, holder: &mut dyn FnMut() -> Option<String>);
+    fn waiting(&mut self, waited: Duration, lock: &mut dyn Contender);
     fn done(&mut self);
     /// Whether `waiting` must be called as time passes (a live display),
     /// not just once when the wait begins.
@@ -51,7 +51,7 @@ pub trait WaitObserver {
 /// No progress to show (fd mode, flock(1)'s silence).
 pub struct Silent;
 impl WaitObserver for Silent {
-    fn waiting(&mut self, _: Duration, _: &mut dyn FnMut() -> Option<String>) {}
+    fn waiting(&mut self, _: Duration, _: &mut dyn Contender) {}
     fn done(&mut self) {}
     fn needs_ticks(&mut self) -> bool {
         false
@@ -110,7 +110,7 @@ fn acquire_once(
     let start = Instant::now();
     signals::install().map_err(|e| NotAcquired::Failed(local(&e)))?;
     if policy.timeout.is_none() && policy.poll.is_none() && !observer.needs_ticks() {
-        observer.waiting(Duration::ZERO, &mut || contender.holder());
+        observer.waiting(Duration::ZERO, contender);
         // Waiting for ever with nobody to show progress to: block on this
         // very thread, so that the kernel wakes the command's starter
         // directly when the lock is released. A signal ends lockrun from
@@ -170,7 +170,7 @@ fn wait(
     };
     let deadline = policy.timeout.map(|t| start + t);
     let mut next_poll = policy.poll.map(|p| start + p);
-    observer.waiting(Duration::ZERO, &mut || contender.holder());
+    observer.waiting(Duration::ZERO, contender);
     let outcome = loop {
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
@@ -200,7 +200,7 @@ fn wait(
         if let Err(e) = contender.still_valid() {
             break Err(NotAcquired::Failed(e));
         }
-        observer.waiting(start.elapsed(), &mut || contender.holder());
+        observer.waiting(start.elapsed(), contender);
     };
     let Some(helper) = helper else {
         return outcome;

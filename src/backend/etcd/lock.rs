@@ -36,6 +36,8 @@ pub struct EtcdBackend {
     /// The holder as the last attempt saw it.
     owner: Option<Kv>,
     verbose: bool,
+    /// The lock URL, escaped, for messages.
+    label: String,
 }
 
 fn unavailable(label: &str, e: &EtcdError) -> Failure {
@@ -77,16 +79,14 @@ impl EtcdBackend {
             revision: None,
             owner: None,
             verbose: opts.verbose,
+            label: label.to_owned(),
         })
     }
 
     fn failure(&self, e: &EtcdError) -> Failure {
         Failure::new(
             exit_codes::UNAVAILABLE,
-            format!(
-                "cannot take the lock {}: {e} (the command was not run)",
-                self.name
-            ),
+            format!("cannot take {}: {e} (the command was not run)", self.label),
         )
     }
 }
@@ -148,6 +148,10 @@ impl Contender for EtcdBackend {
         }
         Some(holder_text(self.owner.as_ref()))
     }
+
+    fn conflict_holder(&mut self) -> String {
+        self.holder().unwrap_or_default()
+    }
 }
 
 impl Backend for EtcdBackend {
@@ -159,10 +163,6 @@ impl Backend for EtcdBackend {
         poll: false,
         lease: true,
     };
-
-    fn conflict_holder(&mut self) -> String {
-        self.holder().unwrap_or_default()
-    }
 
     fn failure_status(&self) -> u8 {
         exit_codes::UNAVAILABLE

@@ -164,6 +164,10 @@ impl Contender for FileBackend {
     fn holder(&mut self) -> Option<String> {
         holder::held_by(&self.lock)
     }
+
+    fn conflict_holder(&mut self) -> String {
+        holder::conflict_holder(&self.lock, &self.label)
+    }
 }
 
 impl Backend for FileBackend {
@@ -175,10 +179,6 @@ impl Backend for FileBackend {
         poll: true,
         lease: false,
     };
-
-    fn conflict_holder(&mut self) -> String {
-        holder::conflict_holder(&self.lock, &self.label)
-    }
 
     fn failure_status(&self) -> u8 {
         persona::lock_failed(exit_codes::OS_ERROR)

@@ -460,6 +460,15 @@ impl Contender for SlotsBackend {
             )
         })
     }
+
+    fn conflict_holder(&mut self) -> String {
+        self.holder().unwrap_or_else(|| {
+            format!(
+                "{} commands, one per slot (`lockrun holder {}` names them)",
+                self.inner.n, self.inner.label
+            )
+        })
+    }
 }
 
 impl Backend for SlotsBackend {
@@ -471,15 +480,6 @@ impl Backend for SlotsBackend {
         poll: true,
         lease: false,
     };
-
-    fn conflict_holder(&mut self) -> String {
-        self.holder().unwrap_or_else(|| {
-            format!(
-                "{} commands, one per slot (`lockrun holder {}` names them)",
-                self.inner.n, self.inner.label
-            )
-        })
-    }
 
     fn failure_status(&self) -> u8 {
         self.inner.status.load(SeqCst)

@@ -303,6 +303,10 @@ impl Contender for PgBackend {
             None => "another session (it released the lock a moment ago)".to_owned(),
         })
     }
+
+    fn conflict_holder(&mut self) -> String {
+        self.holder().unwrap_or_default()
+    }
 }
 
 impl Backend for PgBackend {
@@ -314,10 +318,6 @@ impl Backend for PgBackend {
         poll: false,
         lease: true,
     };
-
-    fn conflict_holder(&mut self) -> String {
-        self.holder().unwrap_or_default()
-    }
 
     fn failure_status(&self) -> u8 {
         exit_codes::UNAVAILABLE
