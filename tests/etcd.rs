@@ -1243,3 +1243,59 @@ fn holder_text_with(etcd: &Etcd, url: &str) -> String {
         .expect("run holder");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A waiter whose own key is deleted from the queue (`etcdctl del`) is no
+/// longer in line: when the holder leaves it must not take the lock (a
+/// `lockrun -n` would then hold it too), but stop with 69, its command not
+/// run.
+#[test]
+fn a_waiter_whose_key_was_deleted_never_takes_the_lock() {
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("job");
+    let dir = temp_dir();
+    let marker = dir.path().join("ran");
+    let (mut holder, _) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready; read x"]);
+        cmd
+    });
+    let mut waiter = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args(["-w", "60", &url, "touch", &marker.to_string_lossy()])
+            .stderr(Stdio::piped());
+        cmd
+    });
+    // The queue in creation order: the holder's key, then the waiter's.
+    let keys = || {
+        etcd.etcdctl_out(&[
+            "get",
+            "--prefix",
+            "job/",
+            "--keys-only",
+            "--sort-by=CREATE",
+            "--order=ASCEND",
+        ])
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    };
+    wait_for("the waiter's key in etcd", || keys().len() == 2);
+    let waiter_key = keys()[1].clone();
+    etcd.etcdctl(&["del", &waiter_key]);
+    assert_eq!(keys().len(), 1);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let status = waiter.wait_exit(BOUND);
+    let stderr = stderr_of(&mut waiter);
+    assert_eq!(status.code(), Some(69), "{stderr}");
+    assert!(!marker.exists(), "the waiter ran its command: {stderr}");
+    assert!(
+        stderr.contains(&waiter_key) && stderr.contains("the command was not run"),
+        "{stderr}"
+    );
+    // Nobody holds the lock: the waiter left nothing behind.
+    etcd.lockrun().args(["-n", &url, "true"]).assert().success();
+}

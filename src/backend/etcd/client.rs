@@ -305,7 +305,9 @@ impl Client {
     }
 
     /// Waits until our key (created by [`Client::attempt`]) is the oldest
-    /// under the lock's prefix; returns it.
+    /// under the lock's prefix; returns it. Fails if our key is gone (or
+    /// replaced) when a round looks: the lock is never reported ours
+    /// without our key, as created, in the same read that finds it oldest.
     ///
     /// Not etcd's lock service: that one watches the key ahead from the
     /// revision it read it at, which etcd serves from its "unsynced"
@@ -519,9 +521,13 @@ impl Inner {
         )))
     }
 
-    /// One round of the wait: find the newest key older than ours; none
-    /// means the lock is ours (`Ok(true)`); else watch it until it is
-    /// deleted (`Ok(false)`: look again).
+    /// One round of the wait. A single transaction reads the newest key
+    /// older than ours, only if our key still exists as we created it
+    /// (same creation revision): none older means the lock is ours
+    /// (`Ok(true)`); our key gone or replaced is a final failure, since a
+    /// key deleted from the queue (`etcdctl del`, a lease lost) is no
+    /// longer in line and the lock may already be someone else's. Else
+    /// watch the key ahead until it is deleted (`Ok(false)`: look again).
     async fn wait_round(
         &self,
         name: &str,
@@ -529,6 +535,11 @@ impl Inner {
         revision: &mut Option<i64>,
     ) -> Result<bool, Failed> {
         let deadline = Instant::now() + CALL_TIMEOUT;
+        let gone = || {
+            Failed::Final(format!(
+                "our lock key {ours} is gone from etcd (its lease expired or it was deleted) while it waited"
+            ))
+        };
         let mine = match *revision {
             Some(r) => r,
             None => {
@@ -541,21 +552,24 @@ impl Inner {
                     .await
                     .map_err(|e| Failed::Member(e.message))?;
                 let Some(kv) = answer.kvs().first() else {
-                    return Err(Failed::Final(format!(
-                        "our lock key {ours} is gone from etcd (its lease expired or it was deleted)"
-                    )));
+                    return Err(gone());
                 };
                 *revision = Some(kv.create_revision());
                 kv.create_revision()
             }
         };
         let prefix = format!("{name}/");
+        let key = ours.to_owned();
         let answer = self
-            .call("range", deadline, move |mut c| {
-                let prefix = prefix.clone();
-                async move {
-                    c.get(
-                        prefix,
+            .call("lock wait transaction", deadline, move |mut c| {
+                let txn = ec::Txn::new()
+                    .when([ec::Compare::create_revision(
+                        key.clone(),
+                        ec::CompareOp::Equal,
+                        mine,
+                    )])
+                    .and_then([ec::TxnOp::get(
+                        prefix.clone(),
                         Some(
                             ec::GetOptions::new()
                                 .with_prefix()
@@ -563,21 +577,28 @@ impl Inner {
                                 .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
                                 .with_limit(1),
                         ),
-                    )
-                    .await
-                }
+                    )]);
+                async move { c.txn(txn).await }
             })
             .await
             .map_err(|e| Failed::Member(e.message))?;
-        let Some(ahead) = answer.kvs().first() else {
-            return Ok(true);
+        if !answer.succeeded() {
+            return Err(gone());
+        }
+        let ahead = answer.op_responses().into_iter().find_map(|r| match r {
+            ec::TxnOpResponse::Get(get) => Some(get.kvs().first().map(|kv| kv.key().to_vec())),
+            _ => None,
+        });
+        let key = match ahead {
+            None => {
+                return Err(Failed::Final(
+                    "unexpected answer from etcd: a lock wait transaction without its range".into(),
+                ));
+            }
+            Some(None) => return Ok(true),
+            Some(Some(key)) => key,
         };
-        // Keys are only ever added behind ours (a later creation revision),
-        // so when the only key ahead is deleted, the lock is ours: no read
-        // again on the handoff's path.
-        let last_ahead = answer.count() == 1;
         let read_at = answer.header().map_or(0, |h| h.revision());
-        let key = ahead.key().to_vec();
         // The member that answered the read: watch there.
         let at = self.preferred.load(Ordering::Relaxed);
         let endpoint = &self.members[at].endpoint;
@@ -606,7 +627,10 @@ impl Inner {
                         .iter()
                         .any(|e| e.event_type() == ec::EventType::Delete)
                     {
-                        return Ok(last_ahead);
+                        // Even when it was the last key ahead, the next
+                        // round's transaction decides: our own key may be
+                        // gone by now.
+                        return Ok(false);
                     }
                 }
                 Ok(Ok(None)) => {
