@@ -903,24 +903,14 @@ fn etcd_run(
 ) -> Result<Invocation, Failure> {
     let usage =
         |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
-    if mode == LockMode::Shared {
-        return Err(usage("etcd:// locks are exclusive only; -s cannot be used"));
-    }
-    if args.unlock || args.fcntl || args.start.is_some() || args.length.is_some() {
-        return Err(usage(
-            "-u, --fcntl, --start and --length apply to lock files, not etcd:// locks",
-        ));
-    }
-    if args.no_fork {
-        return Err(usage(
-            "-F cannot be used with an etcd:// lock: lockrun must stay to keep the lease alive",
-        ));
-    }
-    if wait.poll.is_some() {
-        return Err(usage(
-            "--poll does not apply to etcd:// locks: etcd itself wakes the waiter",
-        ));
-    }
+    etcd::CAPS
+        .refuse(&crate::backend::Asked {
+            shared: mode == LockMode::Shared,
+            exec_in_place: args.no_fork,
+            poll: wait.poll.is_some(),
+            byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
+        })
+        .map_err(|message| usage(&message))?;
     let url = url
         .with_flags(&etcd::AccessFlags {
             cacert: etcd_args.cacert,
@@ -959,21 +949,14 @@ fn postgres_run(
     use crate::postgres;
     let usage =
         |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
-    if mode == LockMode::Shared {
-        return Err(usage(
-            "postgres:// locks are exclusive only; -s cannot be used",
-        ));
-    }
-    if args.unlock || args.fcntl || args.start.is_some() || args.length.is_some() {
-        return Err(usage(
-            "-u, --fcntl, --start and --length apply to lock files, not postgres:// locks",
-        ));
-    }
-    if args.no_fork {
-        return Err(usage(
-            "-F cannot be used with a postgres:// lock: lockrun must stay to keep the connection",
-        ));
-    }
+    postgres::CAPS
+        .refuse(&crate::backend::Asked {
+            shared: mode == LockMode::Shared,
+            exec_in_place: args.no_fork,
+            poll: wait.poll.is_some(),
+            byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
+        })
+        .map_err(|message| usage(&message))?;
     if url_args.cacert.is_some()
         || url_args.cert.is_some()
         || url_args.key.is_some()
@@ -982,11 +965,6 @@ fn postgres_run(
     {
         return Err(usage(
             "--cacert, --cert, --key, --user and --password-file are etcd's; a postgres:// URL takes libpq's (sslrootcert=, user@, PGPASSWORD or ~/.pgpass)",
-        ));
-    }
-    if wait.poll.is_some() {
-        return Err(usage(
-            "--poll does not apply to postgres:// locks: the server itself wakes the waiter",
         ));
     }
     Ok(Invocation::PgRun(postgres::RunOptions {

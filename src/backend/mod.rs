@@ -75,6 +75,49 @@ pub struct Capabilities {
     pub poll: bool,
     /// `--ttl`, `--kill-grace` without `--max-time`: a lease to keep alive.
     pub lease: bool,
+    /// `--fcntl`, `--start`, `--length`, `-u`: kernel byte-range locks.
+    pub byte_ranges: bool,
+    /// Why lockrun must stay while the command runs (for `-F`'s refusal).
+    pub stays_to: &'static str,
+    /// Who wakes a waiter (for `--poll`'s refusal).
+    pub woken_by: &'static str,
+}
+
+/// What a run form asks of a backend, to be checked against what it can do.
+pub struct Asked {
+    pub shared: bool,
+    pub exec_in_place: bool,
+    pub poll: bool,
+    pub byte_ranges: bool,
+}
+
+impl Capabilities {
+    /// The usage error for the first thing asked that this backend cannot
+    /// do: the CLI asks the backend rather than knowing each one.
+    pub fn refuse(&self, asked: &Asked) -> Result<(), String> {
+        let kind = self.kind;
+        if asked.shared && !self.shared {
+            return Err(format!("{kind} are exclusive only; -s cannot be used"));
+        }
+        if asked.byte_ranges && !self.byte_ranges {
+            return Err(format!(
+                "-u, --fcntl, --start and --length apply to lock files, not {kind}"
+            ));
+        }
+        if asked.exec_in_place && !self.exec_in_place {
+            return Err(format!(
+                "-F cannot be used with {kind}: lockrun must stay to {}",
+                self.stays_to
+            ));
+        }
+        if asked.poll && !self.poll {
+            return Err(format!(
+                "--poll does not apply to {kind}: {} wakes the waiter",
+                self.woken_by
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A backend, before the lock is taken: contends through the one waiter,

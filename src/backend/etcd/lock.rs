@@ -156,13 +156,7 @@ impl Contender for EtcdBackend {
 
 impl Backend for EtcdBackend {
     type Held = EtcdHeld;
-    const CAPS: Capabilities = Capabilities {
-        kind: "etcd:// locks",
-        shared: false,
-        exec_in_place: false,
-        poll: false,
-        lease: true,
-    };
+    const CAPS: Capabilities = super::CAPS;
 
     fn failure_status(&self) -> u8 {
         exit_codes::UNAVAILABLE

@@ -25,6 +25,18 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// What an etcd lock can do, for every build: the CLI refuses the rest.
+pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
+    kind: "etcd:// locks",
+    shared: false,
+    exec_in_place: false,
+    poll: false,
+    lease: true,
+    byte_ranges: false,
+    stays_to: "keep the lease alive",
+    woken_by: "etcd itself",
+};
+
 /// Whether this build has lock URLs (the `etcd` cargo feature).
 pub const ENABLED: bool = cfg!(feature = "etcd");
 

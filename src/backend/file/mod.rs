@@ -178,6 +178,9 @@ impl Backend for FileBackend {
         exec_in_place: true,
         poll: true,
         lease: false,
+        byte_ranges: true,
+        stays_to: "",
+        woken_by: "",
     };
 
     fn failure_status(&self) -> u8 {

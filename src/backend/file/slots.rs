@@ -479,6 +479,9 @@ impl Backend for SlotsBackend {
         exec_in_place: false,
         poll: true,
         lease: false,
+        byte_ranges: true,
+        stays_to: "",
+        woken_by: "",
     };
 
     fn failure_status(&self) -> u8 {

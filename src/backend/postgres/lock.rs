@@ -311,13 +311,7 @@ impl Contender for PgBackend {
 
 impl Backend for PgBackend {
     type Held = PgHeld;
-    const CAPS: Capabilities = Capabilities {
-        kind: "postgres:// locks",
-        shared: false,
-        exec_in_place: false,
-        poll: false,
-        lease: true,
-    };
+    const CAPS: Capabilities = super::CAPS;
 
     fn failure_status(&self) -> u8 {
         exit_codes::UNAVAILABLE

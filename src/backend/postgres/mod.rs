@@ -43,6 +43,18 @@ use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
 
+/// What a PostgreSQL lock can do, for every build: the CLI refuses the rest.
+pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
+    kind: "postgres:// locks",
+    shared: false,
+    exec_in_place: false,
+    poll: false,
+    lease: true,
+    byte_ranges: false,
+    stays_to: "keep the connection",
+    woken_by: "the server itself",
+};
+
 /// Whether this build has PostgreSQL lock URLs (the `postgres` feature).
 pub const ENABLED: bool = cfg!(feature = "postgres");
 
