@@ -102,3 +102,41 @@ fn wait_any(targets: &[Target], timeout: Duration) {
 fn wait_any(_targets: &[Target], timeout: Duration) {
     std::thread::sleep(timeout.min(Duration::from_millis(50)));
 }
+
+/// The one way lockrun stops processes, whether `--max-time` ran out or a
+/// lock URL's lock was lost: SIGTERM to every target, then, after `grace`,
+/// SIGKILL to whatever still lives and to whatever `more` finds since (a
+/// child that took the lock descriptor meanwhile), then a bounded wait for
+/// them to go. Returns each pid signalled with the last signal it got.
+pub fn stop_all(
+    targets: Vec<Target>,
+    grace: Duration,
+    more: impl Fn() -> Vec<Target>,
+) -> Vec<(i32, i32)> {
+    let mut stopped = Vec::new();
+    for target in &targets {
+        if target.signal(libc::SIGTERM).is_ok() {
+            stopped.push((target.pid, libc::SIGTERM));
+        }
+    }
+    let until = Instant::now()
+        .checked_add(grace)
+        .unwrap_or_else(Instant::now);
+    let mut alive = wait_exited(targets, until);
+    for extra in more() {
+        if !alive.iter().any(|t| t.pid == extra.pid) {
+            alive.push(extra);
+        }
+    }
+    for target in &alive {
+        if target.signal(libc::SIGKILL).is_ok() {
+            match stopped.iter_mut().find(|(pid, _)| *pid == target.pid) {
+                Some(entry) => entry.1 = libc::SIGKILL,
+                None => stopped.push((target.pid, libc::SIGKILL)),
+            }
+        }
+    }
+    // SIGKILL cannot be refused; wait (bounded) for the lock to be let go.
+    wait_exited(alive, Instant::now() + Duration::from_secs(5));
+    stopped
+}

@@ -156,34 +156,13 @@ fn watch(
         }
         found
     };
-    let mut stopped = Vec::new();
-    let mut targets: Vec<Target> = command.into_iter().chain(find()).collect();
-    for target in &targets {
-        if target.signal(libc::SIGTERM).is_ok() {
-            stopped.push((target.pid, libc::SIGTERM));
-        }
-    }
-    let until = Instant::now() + grace;
-    targets = platform::wait_exited(targets, until);
-    // Whatever lives on, and whatever took the descriptor since (a child
-    // forked during the grace), gets SIGKILL.
-    for extra in find() {
-        if !targets.iter().any(|t| t.pid == extra.pid) {
-            targets.push(extra);
-        }
-    }
-    let mut last_signal = libc::SIGTERM;
-    for target in &targets {
-        if target.signal(libc::SIGKILL).is_ok() {
-            last_signal = libc::SIGKILL;
-            match stopped.iter_mut().find(|(pid, _)| *pid == target.pid) {
-                Some(entry) => entry.1 = libc::SIGKILL,
-                None => stopped.push((target.pid, libc::SIGKILL)),
-            }
-        }
-    }
-    // SIGKILL cannot be refused; wait (bounded) for the lock to be let go.
-    platform::wait_exited(targets, Instant::now() + Duration::from_secs(5));
+    let targets: Vec<Target> = command.into_iter().chain(find()).collect();
+    let stopped = platform::stop_all(targets, grace, find);
+    let last_signal = if stopped.iter().any(|(_, sig)| *sig == libc::SIGKILL) {
+        libc::SIGKILL
+    } else {
+        libc::SIGTERM
+    };
     shared.lock().stopped = Some(Stopped {
         limit,
         grace,

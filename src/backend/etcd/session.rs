@@ -187,23 +187,8 @@ fn enforce(shared: &Shared, reason: String, grace: Duration) {
     let Some(pid) = state.command else {
         return;
     };
-    signal(pid, rustix::process::Signal::TERM);
-    let until = Instant::now() + grace;
-    while state.command.is_some() && Instant::now() < until {
-        let left = until.saturating_duration_since(Instant::now());
-        state = match shared.wake.wait_timeout(state, left) {
-            Ok((guard, _)) => guard,
-            Err(p) => p.into_inner().0,
-        };
-    }
-    // Still under the mutex: `command` is cleared before the pid is reaped.
-    if let Some(pid) = state.command {
-        signal(pid, rustix::process::Signal::KILL);
-    }
-}
-
-fn signal(pid: i32, sig: rustix::process::Signal) {
-    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-        let _ = rustix::process::kill_process(pid, sig);
-    }
+    // Pinned while `command` is set, so before the pid can be reaped.
+    let target = crate::platform::Target::pin(pid);
+    drop(state);
+    crate::platform::stop_all(target.into_iter().collect(), grace, Vec::new);
 }

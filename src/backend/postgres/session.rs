@@ -247,19 +247,8 @@ fn watch(shared: &'static Shared, grace: Duration) {
     let Some(pid) = state.command else {
         return;
     };
-    signal(pid, rustix::process::Signal::TERM);
-    let until = Instant::now() + grace;
-    while state.command.is_some() && Instant::now() < until {
-        state = shared.wait_until(state, until);
-    }
-    // Still under the mutex: `command` is cleared before the pid is reaped.
-    if let Some(pid) = state.command {
-        signal(pid, rustix::process::Signal::KILL);
-    }
-}
-
-fn signal(pid: i32, sig: rustix::process::Signal) {
-    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-        let _ = rustix::process::kill_process(pid, sig);
-    }
+    // Pinned while `command` is set, so before the pid can be reaped.
+    let target = crate::platform::Target::pin(pid);
+    drop(state);
+    crate::platform::stop_all(target.into_iter().collect(), grace, Vec::new);
 }
