@@ -1299,3 +1299,19 @@ fn a_waiter_whose_key_was_deleted_never_takes_the_lock() {
     // Nobody holds the lock: the waiter left nothing behind.
     etcd.lockrun().args(["-n", &url, "true"]).assert().success();
 }
+
+/// `--max-time` on a lock URL stops the command through the same kill path
+/// as a lost lock: 124, and the lock is free for the next one at once.
+#[test]
+fn max_time_on_a_lock_url_stops_the_command_and_releases() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("limited");
+    let out = lockrun()
+        .args(["--max-time", "300ms", "--kill-grace", "300ms", &url])
+        .args(["sh", "-c", "trap '' TERM; exec sleep 60"])
+        .assert()
+        .code(124);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("SIGKILL"), "{stderr}");
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
