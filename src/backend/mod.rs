@@ -63,6 +63,45 @@ pub trait Contender {
 /// stops with it.
 pub type Inheritors = Box<dyn Fn(i32) -> Vec<i32> + Send>;
 
+/// The run form on a lock URL, as the command line gives it; `U` is the
+/// backend's parsed URL.
+#[derive(Debug, Clone)]
+pub struct UrlRunOptions<U> {
+    pub url: U,
+    pub nonblocking: bool,
+    pub timeout: Option<std::time::Duration>,
+    pub conflict_status: u8,
+    pub command: Vec<std::ffi::OsString>,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub write_record: bool,
+    pub ttl: std::time::Duration,
+    pub kill_grace: std::time::Duration,
+    pub max_time: Option<std::time::Duration>,
+}
+
+impl<U> UrlRunOptions<U> {
+    /// The record a contender's key or session carries while it waits, so
+    /// that `holder` can name a contender before its command runs; empty
+    /// with `--no-record`.
+    pub fn waiting_record(&self) -> Vec<u8> {
+        if !self.write_record {
+            return Vec::new();
+        }
+        let cwd = std::env::current_dir().ok();
+        Record {
+            acquired_at: Some(crate::display::now_rfc3339()),
+            ..Record::starting(
+                crate::identity::Me::gather(),
+                &self.command,
+                cwd.as_deref(),
+                crate::mode::LockMode::Exclusive,
+            )
+        }
+        .to_line()
+    }
+}
+
 /// What a backend supports; the run flow refuses the rest with a usage
 /// error naming the option, rather than silently ignoring it.
 #[derive(Debug, Clone, Copy)]

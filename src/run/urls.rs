@@ -14,17 +14,24 @@ use crate::backend::etcd;
 #[cfg(feature = "postgres")]
 use crate::backend::postgres;
 
-#[cfg(feature = "etcd")]
-/// The run form on a lock URL.
-pub fn etcd(opts: &etcd::RunOptions) -> Result<Ending, Failure> {
-    let label = display::escape(&opts.url.text);
+/// The run form on a lock URL named `text`, with the backend `start`
+/// makes (it grants a lease or opens a session, given the label).
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+fn run_url<B: crate::backend::Backend, U>(
+    opts: &crate::backend::UrlRunOptions<U>,
+    text: &str,
+    start: impl FnOnce(&str) -> Result<B, Failure>,
+) -> Result<Ending, Failure> {
+    let label = display::escape(text);
+    // Before the lease or session exists: a signal meanwhile must not
+    // leave it behind.
     super::signals::install_for_command()?;
-    let backend = etcd::lock::EtcdBackend::start(opts, &label)?;
+    let backend = start(&label)?;
     super::run_with(
         backend,
         &Flow {
             label,
-            lockfile: OsString::from(&opts.url.text),
+            lockfile: OsString::from(text),
             mode: crate::mode::LockMode::Exclusive,
             wait: super::wait::WaitPolicy {
                 nonblocking: opts.nonblocking,
@@ -43,38 +50,25 @@ pub fn etcd(opts: &etcd::RunOptions) -> Result<Ending, Failure> {
     )
 }
 
+/// The run form on an etcd lock URL.
+#[cfg(feature = "etcd")]
+pub fn etcd(opts: &etcd::RunOptions) -> Result<Ending, Failure> {
+    run_url(opts, &opts.url.text, |label| {
+        etcd::lock::EtcdBackend::start(opts, label)
+    })
+}
+
 #[cfg(not(feature = "etcd"))]
 pub fn etcd(_opts: &crate::backend::etcd::RunOptions) -> Result<Ending, Failure> {
     Err(crate::backend::etcd::not_built())
 }
 
-#[cfg(feature = "postgres")]
 /// The run form on a PostgreSQL lock URL.
+#[cfg(feature = "postgres")]
 pub fn postgres(opts: &postgres::RunOptions) -> Result<Ending, Failure> {
-    let label = display::escape(&opts.url.text);
-    super::signals::install_for_command()?;
-    let backend = postgres::lock::PgBackend::start(opts, &label)?;
-    super::run_with(
-        backend,
-        &Flow {
-            label,
-            lockfile: OsString::from(&opts.url.text),
-            mode: crate::lock::LockMode::Exclusive,
-            wait: super::wait::WaitPolicy {
-                nonblocking: opts.nonblocking,
-                timeout: opts.timeout,
-                poll: None,
-            },
-            conflict_status: opts.conflict_status,
-            exec_in_place: false,
-            command: &opts.command,
-            quiet: opts.quiet,
-            verbose: opts.verbose,
-            write_record: opts.write_record,
-            max_time: opts.max_time,
-            kill_grace: opts.kill_grace,
-        },
-    )
+    run_url(opts, &opts.url.text, |label| {
+        postgres::lock::PgBackend::start(opts, label)
+    })
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -54,21 +54,7 @@ impl EtcdBackend {
         let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);
         // The waiting key carries who waits, so `holder` can name a
         // contender even before it runs its command.
-        let value = if opts.write_record {
-            let cwd = std::env::current_dir().ok();
-            Record {
-                acquired_at: Some(display::now_rfc3339()),
-                ..Record::starting(
-                    crate::identity::Me::gather(),
-                    &opts.command,
-                    cwd.as_deref(),
-                    crate::mode::LockMode::Exclusive,
-                )
-            }
-            .to_line()
-        } else {
-            Vec::new()
-        };
+        let value = opts.waiting_record();
         Ok(EtcdBackend {
             client,
             session,

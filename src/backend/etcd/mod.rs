@@ -20,7 +20,6 @@ pub mod lock;
 pub mod session;
 
 use crate::exit_codes::Failure;
-use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,20 +42,8 @@ pub const ENABLED: bool = cfg!(feature = "etcd");
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub url: EtcdUrl,
-    pub nonblocking: bool,
-    pub timeout: Option<Duration>,
-    pub conflict_status: u8,
-    pub command: Vec<OsString>,
-    pub quiet: bool,
-    pub verbose: bool,
-    pub write_record: bool,
-    pub ttl: Duration,
-    pub kill_grace: Duration,
-    pub max_time: Option<Duration>,
-}
+/// The run form on this kind of lock URL, as the command line gives it.
+pub type RunOptions = crate::backend::UrlRunOptions<EtcdUrl>;
 
 /// What a build without the `etcd` feature says to a lock URL.
 pub fn not_built() -> Failure {

@@ -139,21 +139,7 @@ impl PgBackend {
                 ),
             )
         })?;
-        let record = if opts.write_record {
-            let cwd = std::env::current_dir().ok();
-            Record {
-                acquired_at: Some(display::now_rfc3339()),
-                ..Record::starting(
-                    crate::identity::Me::gather(),
-                    &opts.command,
-                    cwd.as_deref(),
-                    crate::lock::LockMode::Exclusive,
-                )
-            }
-            .to_line()
-        } else {
-            Vec::new()
-        };
+        let record = opts.waiting_record();
         let comment = comment(&record);
         // One round trip: the key, our server pid, the server-side
         // keepalives (set_config rather than startup options, which

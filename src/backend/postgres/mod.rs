@@ -38,7 +38,6 @@ pub mod session;
 pub mod sessions;
 
 use crate::exit_codes::Failure;
-use std::ffi::OsString;
 use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
@@ -63,20 +62,8 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
 const SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];
 
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub url: PgUrl,
-    pub nonblocking: bool,
-    pub timeout: Option<Duration>,
-    pub conflict_status: u8,
-    pub command: Vec<OsString>,
-    pub quiet: bool,
-    pub verbose: bool,
-    pub write_record: bool,
-    pub ttl: Duration,
-    pub kill_grace: Duration,
-    pub max_time: Option<Duration>,
-}
+/// The run form on this kind of lock URL, as the command line gives it.
+pub type RunOptions = crate::backend::UrlRunOptions<PgUrl>;
 
 pub fn not_built() -> Failure {
     Failure::new(
