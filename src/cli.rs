@@ -890,8 +890,46 @@ fn run_invocation(
 /// SIGKILL this long after SIGTERM, after --max-time or a lost lock.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// The run form on a lock URL. What cannot work with a lease is refused
-/// here rather than silently ignored.
+/// What every lock URL's run form takes from the command line, once the
+/// backend's capabilities (`caps`) have refused what it cannot do.
+#[allow(clippy::too_many_arguments)]
+fn url_run_options<U>(
+    url: U,
+    caps: &crate::backend::Capabilities,
+    args: &RunArgs,
+    ttl: Option<Duration>,
+    mode: LockMode,
+    wait: WaitPolicy,
+    command: Vec<OsString>,
+    (quiet, conflict_status): (bool, u8),
+) -> Result<crate::backend::UrlRunOptions<U>, Failure> {
+    caps.refuse(&crate::backend::Asked {
+        shared: mode == LockMode::Shared,
+        exec_in_place: args.no_fork,
+        poll: wait.poll.is_some(),
+        byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
+    })
+    .map_err(|message| url_usage(&message))?;
+    Ok(crate::backend::UrlRunOptions {
+        url,
+        nonblocking: wait.nonblocking,
+        timeout: wait.timeout,
+        conflict_status,
+        command,
+        quiet,
+        verbose: args.verbose,
+        write_record: !args.no_record,
+        ttl: ttl.unwrap_or(crate::backend::DEFAULT_TTL),
+        kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
+        max_time: args.max_time,
+    })
+}
+
+fn url_usage(message: &str) -> Failure {
+    usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message))
+}
+
+/// The run form on an etcd lock URL, with its TLS and user options.
 fn etcd_run(
     url: EtcdUrl,
     args: RunArgs,
@@ -899,18 +937,8 @@ fn etcd_run(
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
-    (quiet, conflict_status): (bool, u8),
+    messages: (bool, u8),
 ) -> Result<Invocation, Failure> {
-    let usage =
-        |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
-    etcd::CAPS
-        .refuse(&crate::backend::Asked {
-            shared: mode == LockMode::Shared,
-            exec_in_place: args.no_fork,
-            poll: wait.poll.is_some(),
-            byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
-        })
-        .map_err(|message| usage(&message))?;
     let url = url
         .with_flags(&etcd::AccessFlags {
             cacert: etcd_args.cacert,
@@ -920,23 +948,20 @@ fn etcd_run(
             password_file: etcd_args.password_file,
         })
         .map_err(|e| Failure::new(exit_codes::USAGE, e))?;
-    Ok(Invocation::EtcdRun(etcd::RunOptions {
+    url_run_options(
         url,
-        nonblocking: wait.nonblocking,
-        timeout: wait.timeout,
-        conflict_status,
+        &etcd::CAPS,
+        &args,
+        etcd_args.ttl,
+        mode,
+        wait,
         command,
-        quiet,
-        verbose: args.verbose,
-        write_record: !args.no_record,
-        ttl: etcd_args.ttl.unwrap_or(etcd::DEFAULT_TTL),
-        kill_grace: args.kill_grace.unwrap_or(etcd::DEFAULT_KILL_GRACE),
-        max_time: args.max_time,
-    }))
+        messages,
+    )
+    .map(Invocation::EtcdRun)
 }
 
-/// The run form on a postgres:// lock URL: refused like etcd's where a
-/// connection-held lock cannot do what a file lock does.
+/// The run form on a postgres:// lock URL: libpq's settings, not etcd's.
 fn postgres_run(
     url: crate::postgres::PgUrl,
     args: RunArgs,
@@ -944,42 +969,29 @@ fn postgres_run(
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
-    (quiet, conflict_status): (bool, u8),
+    messages: (bool, u8),
 ) -> Result<Invocation, Failure> {
-    use crate::postgres;
-    let usage =
-        |message: &str| usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message));
-    postgres::CAPS
-        .refuse(&crate::backend::Asked {
-            shared: mode == LockMode::Shared,
-            exec_in_place: args.no_fork,
-            poll: wait.poll.is_some(),
-            byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
-        })
-        .map_err(|message| usage(&message))?;
     if url_args.cacert.is_some()
         || url_args.cert.is_some()
         || url_args.key.is_some()
         || url_args.user.is_some()
         || url_args.password_file.is_some()
     {
-        return Err(usage(
+        return Err(url_usage(
             "--cacert, --cert, --key, --user and --password-file are etcd's; a postgres:// URL takes libpq's (sslrootcert=, user@, PGPASSWORD or ~/.pgpass)",
         ));
     }
-    Ok(Invocation::PgRun(postgres::RunOptions {
+    url_run_options(
         url,
-        nonblocking: wait.nonblocking,
-        timeout: wait.timeout,
-        conflict_status,
+        &crate::postgres::CAPS,
+        &args,
+        url_args.ttl,
+        mode,
+        wait,
         command,
-        quiet,
-        verbose: args.verbose,
-        write_record: !args.no_record,
-        ttl: url_args.ttl.unwrap_or(postgres::DEFAULT_TTL),
-        kill_grace: args.kill_grace.unwrap_or(postgres::DEFAULT_KILL_GRACE),
-        max_time: args.max_time,
-    }))
+        messages,
+    )
+    .map(Invocation::PgRun)
 }
 
 /// clap's message with our prefix: every line lockrun prints to stderr

@@ -63,6 +63,9 @@ pub trait Contender {
 /// stops with it.
 pub type Inheritors = Box<dyn Fn(i32) -> Vec<i32> + Send>;
 
+/// A lock URL's lease or session check period, when `--ttl` is not given.
+pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The run form on a lock URL, as the command line gives it; `U` is the
 /// backend's parsed URL.
 #[derive(Debug, Clone)]

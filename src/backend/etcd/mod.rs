@@ -22,7 +22,6 @@ pub mod session;
 use crate::exit_codes::Failure;
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// What an etcd lock can do, for every build: the CLI refuses the rest.
 pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
@@ -38,9 +37,6 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
 
 /// Whether this build has lock URLs (the `etcd` cargo feature).
 pub const ENABLED: bool = cfg!(feature = "etcd");
-
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The run form on this kind of lock URL, as the command line gives it.
 pub type RunOptions = crate::backend::UrlRunOptions<EtcdUrl>;

@@ -40,7 +40,6 @@ pub mod sessions;
 use crate::exit_codes::Failure;
 use std::fmt;
 use std::ops::Range;
-use std::time::Duration;
 
 /// What a PostgreSQL lock can do, for every build: the CLI refuses the rest.
 pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
@@ -56,9 +55,6 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
 
 /// Whether this build has PostgreSQL lock URLs (the `postgres` feature).
 pub const ENABLED: bool = cfg!(feature = "postgres");
-
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
 const SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];
 
