@@ -820,9 +820,6 @@ fn run_invocation(
         Some(_) => PathBuf::from(target),
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
-            LockTarget::Etcd(_) | LockTarget::Postgres(_) if args.slots.is_some() => {
-                return Err(usage("--slots does not apply to lock URLs yet"));
-            }
             LockTarget::Etcd(url) => {
                 return etcd_run(
                     url,
@@ -908,6 +905,7 @@ fn url_run_options<U>(
         exec_in_place: args.no_fork,
         poll: wait.poll.is_some(),
         byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
+        slots: args.slots.is_some(),
     })
     .map_err(|message| url_usage(&message))?;
     Ok(crate::backend::UrlRunOptions {
@@ -922,6 +920,7 @@ fn url_run_options<U>(
         ttl: ttl.unwrap_or(crate::backend::DEFAULT_TTL),
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
         max_time: args.max_time,
+        slots: args.slots,
     })
 }
 

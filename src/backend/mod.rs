@@ -81,6 +81,8 @@ pub struct UrlRunOptions<U> {
     pub ttl: std::time::Duration,
     pub kill_grace: std::time::Duration,
     pub max_time: Option<std::time::Duration>,
+    /// `--slots N`: at most N holders at once (only where `CAPS.slots`).
+    pub slots: Option<u16>,
 }
 
 impl<U> UrlRunOptions<U> {
@@ -119,6 +121,8 @@ pub struct Capabilities {
     pub lease: bool,
     /// `--fcntl`, `--start`, `--length`, `-u`: kernel byte-range locks.
     pub byte_ranges: bool,
+    /// `--slots N`: up to N holders at once.
+    pub slots: bool,
     /// Why lockrun must stay while the command runs (for `-F`'s refusal).
     pub stays_to: &'static str,
     /// Who wakes a waiter (for `--poll`'s refusal).
@@ -131,6 +135,7 @@ pub struct Asked {
     pub exec_in_place: bool,
     pub poll: bool,
     pub byte_ranges: bool,
+    pub slots: bool,
 }
 
 impl Capabilities {
@@ -151,6 +156,9 @@ impl Capabilities {
                 "-F cannot be used with {kind}: lockrun must stay to {}",
                 self.stays_to
             ));
+        }
+        if asked.slots && !self.slots {
+            return Err(format!("--slots does not apply to {kind} yet"));
         }
         if asked.poll && !self.poll {
             return Err(format!(

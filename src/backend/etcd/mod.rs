@@ -31,6 +31,7 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     poll: false,
     lease: true,
     byte_ranges: false,
+    slots: false,
     stays_to: "keep the lease alive",
     woken_by: "etcd itself",
 };

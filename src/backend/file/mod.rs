@@ -179,6 +179,7 @@ impl Backend for FileBackend {
         poll: true,
         lease: false,
         byte_ranges: true,
+        slots: false,
         stays_to: "",
         woken_by: "",
     };

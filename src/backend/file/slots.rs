@@ -480,6 +480,7 @@ impl Backend for SlotsBackend {
         poll: true,
         lease: false,
         byte_ranges: true,
+        slots: true,
         stays_to: "",
         woken_by: "",
     };

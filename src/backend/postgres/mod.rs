@@ -49,6 +49,7 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     poll: false,
     lease: true,
     byte_ranges: false,
+    slots: false,
     stays_to: "keep the connection",
     woken_by: "the server itself",
 };
