@@ -347,3 +347,158 @@ fn the_command_stays_in_the_terminals_foreground_group() {
         "the command is not in the terminal's foreground group: {text:?}"
     );
 }
+
+/// lockrun as cron, a CI runner or `timeout` starts it: no controlling
+/// terminal, not a session leader, in its caller's process group (`setsid
+/// sh` is the caller and leads the group and the session). With `leads`,
+/// lockrun leads a process group of its own, as under a job-control shell
+/// or `Popen(process_group=0)`. Returns the caller, the group to signal and
+/// lockrun's pid, once the command has printed `ready`.
+fn lockrun_in_a_process_group(
+    lock: &std::path::Path,
+    script: &str,
+    leads: bool,
+) -> (Background, Group, i32) {
+    let start = if leads {
+        // perl's setpgrp(0,0) is setpgid(0, 0); exec keeps the pid.
+        r#"perl -e 'setpgrp(0, 0); exec @ARGV or die "exec: $!"' "$0" "$@" &"#
+    } else {
+        r#""$0" "$@" &"#
+    };
+    let mut cmd = Command::new("setsid");
+    cmd.args(["-w", "sh", "-c", &format!("{start} echo lockrun $!; wait")])
+        .arg(common::bin())
+        .arg(lock)
+        .args(["sh", "-c", script]);
+    let caller = Background::spawn(cmd);
+    let (mut lockrun, mut ready) = (None, false);
+    for _ in 0..2 {
+        let line = caller
+            .line(BOUND)
+            .expect("no `lockrun PID` and `ready` lines");
+        match line.split_once(' ') {
+            Some(("lockrun", pid)) => lockrun = pid.parse().ok(),
+            Some(("ready", _)) => ready = true,
+            _ => panic!("unexpected line {line:?}"),
+        }
+    }
+    let lockrun: i32 = lockrun.expect("lockrun's pid");
+    let group = Group {
+        id: if leads { lockrun } else { caller.pid() },
+        lockrun,
+    };
+    assert!(ready);
+    // lockrun leaves the group just after starting the command: on a busy
+    // machine the command may print `ready` first.
+    wait_for("lockrun to leave the command's process group", || {
+        process_group(lockrun) != Some(group.id)
+    });
+    (caller, group, lockrun)
+}
+
+/// The process group a test signals, and lockrun, which leaves it: both are
+/// killed when the test ends, even by a failed assertion (an orphaned
+/// lockrun would keep the test harness's output pipe open).
+struct Group {
+    id: i32,
+    lockrun: i32,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on pids and a group this test started.
+        unsafe {
+            libc::kill(self.lockrun, libc::SIGKILL);
+            libc::kill(-self.id, libc::SIGKILL);
+        }
+    }
+}
+
+/// The process group of `pid` (field 5 of /proc/PID/stat).
+fn process_group(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+fn signal_group(group: i32, sig: i32) {
+    // SAFETY: kill(2) with a negative pid signals that process group.
+    assert_eq!(unsafe { libc::kill(-group, sig) }, 0, "kill -- -{group}");
+}
+
+/// systemd's KillMode=control-group, `kill -- -PGID`, a CI runner's clean-up:
+/// the signal reaches the command by itself, and lockrun must not forward
+/// it a second time. A signal sent to lockrun alone is still forwarded.
+#[test]
+fn a_signal_to_the_whole_process_group_reaches_the_command_once() {
+    if !needs("setsid", "to start lockrun without a terminal") {
+        return;
+    }
+    for leads in [false, true] {
+        if leads && !needs("perl", "to make lockrun lead its own process group") {
+            return;
+        }
+        let dir = temp_dir();
+        let lock = lock_in(&dir);
+        let (caller, group, lockrun) = lockrun_in_a_process_group(&lock, COUNTER, leads);
+        // lockrun stopped meanwhile, a copy it forwarded would come only
+        // after the command had taken the group's TERM, and could not merge
+        // into it unseen.
+        kill(lockrun, "STOP");
+        wait_for("lockrun to stop", || process_state(lockrun) == Some('T'));
+        signal_group(group.id, libc::SIGTERM);
+        assert_eq!(caller.line(BOUND).as_deref(), Some("got TERM"));
+        kill(lockrun, "CONT");
+        // Sent to lockrun alone: forwarded, once.
+        kill(lockrun, "USR1");
+        assert_eq!(caller.line(BOUND).as_deref(), Some("got USR1"));
+        // Two USR2s, one at a time (two at once may merge into one), end
+        // the command; any line before them is a TERM that came twice.
+        let mut rest = Vec::new();
+        for _ in 0..2 {
+            kill(lockrun, "USR2");
+            while let Some(line) = caller.line(BOUND) {
+                let done = line == "got USR2";
+                rest.push(line);
+                if done {
+                    break;
+                }
+            }
+        }
+        while let Some(line) = caller.line(BOUND) {
+            rest.push(line);
+        }
+        assert_eq!(
+            rest,
+            ["got USR2", "got USR2"],
+            "leads={leads}: a signal to the process group arrived twice"
+        );
+        wait_for("lockrun to exit", || process_gone(lockrun));
+    }
+}
+
+/// `timeout -k`, `kill -9 -- -PGID`: SIGKILL to the group ends the command
+/// (which lockrun could not forward), and lockrun, outside the group, still
+/// records how the command ended and lets go of the lock.
+#[test]
+fn sigkill_to_the_process_group_ends_the_command_and_lockrun_records_it() {
+    if !needs("setsid", "to start lockrun without a terminal") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_caller, group, lockrun) = lockrun_in_a_process_group(&lock, COUNTER, false);
+    signal_group(group.id, libc::SIGKILL);
+    wait_for("lockrun to exit", || process_gone(lockrun));
+    let record = record_json(&lock);
+    assert_eq!(
+        record["exit"],
+        serde_json::json!({ "signal": 9 }),
+        "{record}"
+    );
+    try_lock_now(&lock).success();
+}

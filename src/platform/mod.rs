@@ -19,7 +19,7 @@ pub use other::*;
 mod process;
 mod spawn;
 mod threads;
-pub use process::{Target, stop_all, wait_exited};
+pub use process::{Target, leave_command_group, stop_all, wait_exited};
 pub use spawn::{CommandLine, die_with_parent, start_command};
 pub use threads::{
     interrupt_helper, interrupt_signal_in_use, spawn_helper, tolerating_file_size_limit,

@@ -140,3 +140,58 @@ pub fn stop_all(
     wait_exited(alive, Instant::now() + Duration::from_secs(5));
     stopped
 }
+
+/// Called once the command runs: lockrun leaves the process group it shares
+/// with the command, so that a signal sent to that whole group (`kill --
+/// -PGID`, a CI runner's or `timeout -k`'s clean-up, SIGKILL included)
+/// reaches the command and everything it started directly, once, and not a
+/// second time through lockrun's forwarding. A signal that still reaches
+/// lockrun was then sent to lockrun itself, and forwarding it is right.
+///
+/// Not on a controlling terminal: there the shell's job control needs
+/// lockrun and the command in one group (Ctrl-Z must stop both, `fg` must
+/// give the terminal to both), and the terminal's own signals are told
+/// apart by their code instead (see run::signals). A session leader cannot
+/// leave its group (setsid, systemd services): it stays, and a signal to
+/// its group reaches the command twice. A group leader joins its parent's
+/// group, the only other one it may join. Returns whether lockrun moved.
+pub fn leave_command_group() -> bool {
+    use rustix::process::{getpgid, getpgrp, getpid, getppid, getsid, setpgid};
+    if has_controlling_terminal() {
+        return false;
+    }
+    let me = getpid();
+    let Ok(session) = getsid(None) else {
+        return false;
+    };
+    if session == me {
+        return false;
+    }
+    if getpgrp() != me {
+        return setpgid(None, None).is_ok();
+    }
+    let Some(parent) = getppid() else {
+        return false;
+    };
+    match (getsid(Some(parent)), getpgid(Some(parent))) {
+        (Ok(theirs), Ok(group)) if theirs == session && group != me => {
+            setpgid(None, Some(group)).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// Whether lockrun has a controlling terminal: opening /dev/tty fails with
+/// ENXIO exactly when it has none. Any other answer counts as having one,
+/// which keeps the command in lockrun's group, the flock(1) arrangement.
+fn has_controlling_terminal() -> bool {
+    use rustix::fs::{Mode, OFlags, open};
+    match open(
+        "/dev/tty",
+        OFlags::RDONLY | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    ) {
+        Ok(_) => true,
+        Err(e) => e != rustix::io::Errno::NXIO,
+    }
+}

@@ -196,6 +196,10 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
             return Ok(Ending::Status(status));
         }
     };
+    // Before anything else: the sooner lockrun is out of the command's
+    // process group, the shorter the moment in which a signal to that group
+    // reaches the command twice.
+    platform::leave_command_group();
     signals::command_started(pid);
     held.command_started(pid);
     if let Some(recording) = &mut recording {
