@@ -1,14 +1,14 @@
 //! The command line, defined with clap and turned into the plain option
 //! structs the rest of lockrun takes. Nothing past this module knows clap.
 
-use crate::etcd::{self, EtcdUrl};
+use crate::backend::etcd::{self, EtcdUrl};
+use crate::backend::file::lock::{self, LockKind, LockSpec};
 use crate::exit_codes::{self, Failure};
-use crate::fd_mode::FdOptions;
-use crate::lock::{self, LockKind, LockSpec};
 use crate::mode::LockMode;
 use crate::persona;
 use crate::run::RunOptions;
-use crate::wait::WaitPolicy;
+use crate::run::fd_mode::FdOptions;
+use crate::run::wait::WaitPolicy;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
@@ -298,7 +298,7 @@ pub enum Invocation {
     Run(RunOptions),
     /// The run form on a lock URL.
     EtcdRun(etcd::RunOptions),
-    PgRun(crate::postgres::RunOptions),
+    PgRun(crate::backend::postgres::RunOptions),
     Fd(FdOptions),
     Holder {
         json: bool,
@@ -323,12 +323,12 @@ pub enum Invocation {
 pub enum LockTarget {
     File(PathBuf),
     Etcd(EtcdUrl),
-    Postgres(crate::postgres::PgUrl),
+    Postgres(crate::backend::postgres::PgUrl),
 }
 
 impl LockTarget {
     pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
-        if crate::postgres::is_url(&arg) {
+        if crate::backend::postgres::is_url(&arg) {
             return parse_postgres(&arg);
         }
         if !etcd::is_url(&arg) {
@@ -351,7 +351,7 @@ impl LockTarget {
 
 /// `postgres://…#NAME` or `postgresql://…#NAME` (CONTRACT §12).
 fn parse_postgres(arg: &std::ffi::OsStr) -> Result<LockTarget, Failure> {
-    use crate::postgres::{self, PgUrl};
+    use crate::backend::postgres::{self, PgUrl};
     if !postgres::ENABLED {
         return Err(postgres::not_built());
     }
@@ -373,7 +373,7 @@ pub fn command() -> clap::Command {
 
 /// Whether this build has lock URLs, and with them --ttl and the other
 /// lock-URL options (etcd's, PostgreSQL's).
-const HAS_LOCK_URLS: bool = etcd::ENABLED || crate::postgres::ENABLED;
+const HAS_LOCK_URLS: bool = etcd::ENABLED || crate::backend::postgres::ENABLED;
 
 /// The command line of a build with or without lock URLs: a build that
 /// cannot take an etcd lock does not advertise one (its help, man page and
@@ -962,7 +962,7 @@ fn etcd_run(
 
 /// The run form on a postgres:// lock URL: libpq's settings, not etcd's.
 fn postgres_run(
-    url: crate::postgres::PgUrl,
+    url: crate::backend::postgres::PgUrl,
     args: RunArgs,
     url_args: EtcdArgs,
     mode: LockMode,
@@ -982,7 +982,7 @@ fn postgres_run(
     }
     url_run_options(
         url,
-        &crate::postgres::CAPS,
+        &crate::backend::postgres::CAPS,
         &args,
         url_args.ttl,
         mode,

@@ -32,10 +32,3 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod sanitize;
-
-// The backends' modules under their short names.
-pub use backend::etcd;
-pub use backend::file::lock;
-pub use backend::postgres;
-pub use run::fd_mode;
-pub use run::wait;

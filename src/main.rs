@@ -6,12 +6,14 @@
 //! arguments come straight from the C `main`.
 #![no_main]
 
+use lockrun::backend::postgres;
 use lockrun::cli::{self, Invocation, LockTarget};
 use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
+use lockrun::run::fd_mode;
 use lockrun::run::signals;
 use lockrun::run::{self, Ending};
-use lockrun::{fd_mode, persona, postgres, report};
+use lockrun::{persona, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;

@@ -36,7 +36,7 @@ fn completions_and_man_pages_are_up_to_date() {
 #[test]
 fn generate_prints_the_man_page_and_completions_of_this_build() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let etcd = lockrun::etcd::ENABLED;
+    let etcd = lockrun::backend::etcd::ENABLED;
     let mut expected: Vec<(&str, String, Vec<u8>)> = Vec::new();
     let man = lockrun::generate::man_pages(etcd).remove(0);
     expected.push(("man", man.0, man.1.into_bytes()));
@@ -77,7 +77,7 @@ fn the_default_builds_docs_name_no_lock_urls() {
     }
     let mut help = lockrun::cli::command_for(false);
     let mut helps = vec![help.render_long_help().to_string()];
-    if !lockrun::etcd::ENABLED {
+    if !lockrun::backend::etcd::ENABLED {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockrun"))
             .arg("--help")
             .output()

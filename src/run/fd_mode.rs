@@ -6,9 +6,9 @@
 //! shares with ours, so it outlives lockrun until the subshell closes fd 9.
 
 use crate::backend::file::FileBackend;
+use crate::backend::file::lock::{self, LockFile, LockKind};
 use crate::display;
 use crate::exit_codes::{self, Failure};
-use crate::lock::{self, LockFile, LockKind};
 use crate::mode::LockMode;
 use crate::persona;
 use crate::run::wait::{self, NotAcquired, Silent, WaitPolicy};

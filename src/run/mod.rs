@@ -18,11 +18,11 @@ pub mod wait;
 
 pub use command::{Ending, report_spawn_failure, wait_for_command};
 
+use crate::backend::file::lock::LockSpec;
 use crate::backend::{Backend, Held};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
-use crate::lock::LockSpec;
 use crate::mode::LockMode;
 use crate::persona;
 use crate::platform::{self, CommandLine};

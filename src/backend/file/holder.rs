@@ -3,9 +3,9 @@
 //! recorded processes), never from the kernel's whole lock table, which is
 //! `holder`'s job.
 
+use crate::backend::file::lock::LockFile;
 use crate::display;
 use crate::identity::Liveness;
-use crate::lock::LockFile;
 use crate::record::{self, Record};
 
 /// Who holds the lock according to its record, if the record names a live
