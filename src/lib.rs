@@ -32,3 +32,4 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod sanitize;
+pub mod sync;

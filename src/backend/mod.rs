@@ -10,6 +10,8 @@
 
 pub mod etcd;
 pub mod file;
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+pub mod lost;
 pub mod postgres;
 
 use crate::exit_codes::Failure;

@@ -9,7 +9,7 @@
 
 use crate::display;
 use crate::platform::{self, Target};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -63,16 +63,7 @@ struct State {
     stopped: Option<Stopped>,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+type Shared = crate::sync::Shared<State>;
 
 pub struct Supervisor {
     shared: Arc<Shared>,
@@ -87,10 +78,7 @@ impl Supervisor {
         grace: Duration,
         held: &impl crate::backend::Held,
     ) -> Supervisor {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            wake: Condvar::new(),
-        });
+        let shared = Arc::new(Shared::new(State::default()));
         // Pinned now, while the command is surely not yet reaped.
         let command = Target::pin(pid);
         let inheritors = held.inheritors();
@@ -107,7 +95,7 @@ impl Supervisor {
     /// (everything holding the lock gone), and say what it did.
     pub fn finish(mut self) -> Option<Stopped> {
         self.shared.lock().finished = true;
-        self.shared.wake.notify_all();
+        self.shared.notify();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -131,17 +119,14 @@ fn watch(
             }
             let Some(deadline) = deadline else {
                 // A limit past what a clock can count: wait for the end.
-                state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                state = shared.wait(state);
                 continue;
             };
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
-            state = match shared.wake.wait_timeout(state, deadline - now) {
-                Ok((guard, _)) => guard,
-                Err(p) => p.into_inner().0,
-            };
+            state = shared.wait_until(state, deadline);
         }
     }
     let command_pid = command.as_ref().map_or(0, |c| c.pid);

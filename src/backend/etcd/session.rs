@@ -11,7 +11,9 @@
 //! counted from when the last successful renewal was *sent*.
 
 use super::client::Client;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use crate::backend::lost;
+use crate::sync::Shared as Guarded;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -23,25 +25,12 @@ struct State {
     stop: bool,
     /// Our key and its creation revision, once the lock is held.
     held: Option<(String, i64)>,
-    /// The running command; `None` before it starts and once it has exited
-    /// (it may then be an unreaped zombie: never signalled again).
-    command: Option<i32>,
-    exited: bool,
+    command: lost::Command,
     /// Why the lock was lost, once it was.
     lost: Option<String>,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic elsewhere poisons nothing we cannot read: take the data.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+type Shared = Guarded<State>;
 
 pub struct Session {
     shared: Arc<Shared>,
@@ -51,10 +40,7 @@ pub struct Session {
 impl Session {
     /// Starts renewing `lease` (granted with `ttl`) at once.
     pub fn start(client: Client, lease: i64, ttl: Duration, kill_grace: Duration) -> Session {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            wake: Condvar::new(),
-        });
+        let shared = Arc::new(Shared::new(State::default()));
         let inner = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("lease".into())
@@ -78,23 +64,21 @@ impl Session {
     /// The command runs as `pid`: if the lock is lost it gets SIGTERM, then
     /// SIGKILL after the grace.
     pub fn command_started(&self, pid: i32) {
-        self.shared.lock().command = Some(pid);
-        self.shared.wake.notify_all();
+        self.shared.lock().command.started(pid);
+        self.shared.notify();
     }
 
     /// Call before reaping the command, so its pid is never signalled once
     /// it could belong to another process.
     pub fn command_exited(&self) {
-        let mut state = self.shared.lock();
-        state.command = None;
-        state.exited = true;
-        self.shared.wake.notify_all();
+        self.shared.lock().command.exited();
+        self.shared.notify();
     }
 
     /// Stops renewing; returns why the lock was lost, if it was.
     pub fn finish(mut self) -> Option<String> {
         self.shared.lock().stop = true;
-        self.shared.wake.notify_all();
+        self.shared.notify();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -110,11 +94,7 @@ fn keep_alive(shared: &Shared, client: &Client, lease: i64, ttl: Duration, grace
         {
             let mut state = shared.lock();
             while !state.stop && Instant::now() < next {
-                let left = next.saturating_duration_since(Instant::now());
-                state = match shared.wake.wait_timeout(state, left) {
-                    Ok((guard, _)) => guard,
-                    Err(p) => p.into_inner().0,
-                };
+                state = shared.wait_until(state, next);
             }
             if state.stop {
                 return;
@@ -176,19 +156,5 @@ fn check_key(shared: &Shared, client: &Client, deadline: Instant) -> Result<bool
 fn enforce(shared: &Shared, reason: String, grace: Duration) {
     let mut state = shared.lock();
     state.lost = Some(reason);
-    // Wait for the command to exist (lost between acquiring and starting
-    // it), unless lockrun is finishing anyway.
-    while state.command.is_none() && !state.exited && !state.stop {
-        state = match shared.wake.wait(state) {
-            Ok(guard) => guard,
-            Err(p) => p.into_inner(),
-        };
-    }
-    let Some(pid) = state.command else {
-        return;
-    };
-    // Pinned while `command` is set, so before the pid can be reaped.
-    let target = crate::platform::Target::pin(pid);
-    drop(state);
-    crate::platform::stop_all(target.into_iter().collect(), grace, Vec::new);
+    lost::stop_command(shared, state, |s| &s.command, |s| s.stop, grace);
 }

@@ -13,9 +13,10 @@
 //! network for longer than that). Judged from our side, conservatively:
 //! the TTL counts from when the last confirmed check was *sent*.
 
+use crate::backend::lost;
+use crate::sync::Shared as Guarded;
 use postgres::error::SqlState;
 use postgres::{Client, SimpleQueryMessage};
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -29,33 +30,12 @@ struct State {
     ping_now: bool,
     /// Until when the lock counts as confirmed.
     valid_until: Instant,
-    command: Option<i32>,
-    exited: bool,
+    command: lost::Command,
     lost: Option<String>,
     closed: bool,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn wait_until(
-        &self,
-        state: MutexGuard<'static, State>,
-        until: Instant,
-    ) -> MutexGuard<'static, State> {
-        let left = until.saturating_duration_since(Instant::now());
-        match self.wake.wait_timeout(state, left) {
-            Ok((guard, _)) => guard,
-            Err(p) => p.into_inner().0,
-        }
-    }
-}
+type Shared = Guarded<State>;
 
 pub struct Session {
     shared: &'static Shared,
@@ -83,19 +63,15 @@ impl Session {
     ) -> Session {
         // Leaked on purpose: a pinger stuck on a dead network is left
         // behind when lockrun finishes, and must still find its state.
-        let shared: &'static Shared = Box::leak(Box::new(Shared {
-            state: Mutex::new(State {
-                stop: false,
-                comment,
-                ping_now: false,
-                valid_until: Instant::now() + ttl,
-                command: None,
-                exited: false,
-                lost: None,
-                closed: false,
-            }),
-            wake: Condvar::new(),
-        }));
+        let shared: &'static Shared = Box::leak(Box::new(Shared::new(State {
+            stop: false,
+            comment,
+            ping_now: false,
+            valid_until: Instant::now() + ttl,
+            command: lost::Command::default(),
+            lost: None,
+            closed: false,
+        })));
         let pinger = std::thread::Builder::new()
             .name("pg-ping".into())
             .spawn(move || ping(shared, client, key, ttl));
@@ -114,7 +90,7 @@ impl Session {
         let mut state = self.shared.lock();
         state.comment = comment;
         state.ping_now = true;
-        self.shared.wake.notify_all();
+        self.shared.notify();
     }
 
     pub fn lost(&self) -> Option<String> {
@@ -122,15 +98,13 @@ impl Session {
     }
 
     pub fn command_started(&self, pid: i32) {
-        self.shared.lock().command = Some(pid);
-        self.shared.wake.notify_all();
+        self.shared.lock().command.started(pid);
+        self.shared.notify();
     }
 
     pub fn command_exited(&self) {
-        let mut state = self.shared.lock();
-        state.command = None;
-        state.exited = true;
-        self.shared.wake.notify_all();
+        self.shared.lock().command.exited();
+        self.shared.notify();
     }
 
     /// Stops watching and closes the connection (which releases the lock);
@@ -138,7 +112,7 @@ impl Session {
     pub fn finish(mut self) -> Option<String> {
         let mut state = self.shared.lock();
         state.stop = true;
-        self.shared.wake.notify_all();
+        self.shared.notify();
         let until = Instant::now() + CLOSE_TIMEOUT;
         while !state.closed && Instant::now() < until {
             state = self.shared.wait_until(state, until);
@@ -189,7 +163,7 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
             Ok(()) => state.valid_until = state.valid_until.max(sent + ttl),
             Err(reason) => {
                 state.lost.get_or_insert(reason);
-                shared.wake.notify_all();
+                shared.notify();
                 break;
             }
         }
@@ -205,7 +179,7 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
     // Released: lockrun need not wait for the server to finish closing
     // the session (milliseconds), nor for a connection that hangs.
     shared.lock().closed = true;
-    shared.wake.notify_all();
+    shared.notify();
     drop(client);
 }
 
@@ -236,19 +210,5 @@ fn watch(shared: &'static Shared, grace: Duration) {
         let until = state.valid_until;
         state = shared.wait_until(state, until);
     }
-    // Wait for the command to exist (lost between acquiring and starting
-    // it), unless lockrun is finishing anyway.
-    while state.command.is_none() && !state.exited && !state.stop {
-        state = match shared.wake.wait(state) {
-            Ok(guard) => guard,
-            Err(p) => p.into_inner(),
-        };
-    }
-    let Some(pid) = state.command else {
-        return;
-    };
-    // Pinned while `command` is set, so before the pid can be reaped.
-    let target = crate::platform::Target::pin(pid);
-    drop(state);
-    crate::platform::stop_all(target.into_iter().collect(), grace, Vec::new);
+    lost::stop_command(shared, state, |s| &s.command, |s| s.stop, grace);
 }
