@@ -377,3 +377,23 @@ fn churn_in_the_lock_table_never_makes_a_held_lock_free() {
         );
     }
 }
+
+/// As pid 1 of a container's PID namespace, lockrun's session, group and
+/// parent lie outside it and read as 0: the command must still run and its
+/// status come back (it once panicked there, leaving the group).
+#[test]
+fn lockrun_as_pid_1_of_a_pid_namespace_runs_the_command() {
+    if !pid_namespaces_work() {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = in_child_pid_namespace(&[lock.to_str().unwrap(), "sh", "-c", "exit 7"]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(record_json(&lock)["exit"], serde_json::json!({ "code": 7 }));
+}

@@ -156,28 +156,27 @@ pub fn stop_all(
 /// its group reaches the command twice. A group leader joins its parent's
 /// group, the only other one it may join. Returns whether lockrun moved.
 pub fn leave_command_group() -> bool {
-    use rustix::process::{getpgid, getpgrp, getpid, getppid, getsid, setpgid};
     if has_controlling_terminal() {
         return false;
     }
-    let me = getpid();
-    let Ok(session) = getsid(None) else {
-        return false;
-    };
-    if session == me {
-        return false;
-    }
-    if getpgrp() != me {
-        return setpgid(None, None).is_ok();
-    }
-    let Some(parent) = getppid() else {
-        return false;
-    };
-    match (getsid(Some(parent)), getpgid(Some(parent))) {
-        (Ok(theirs), Ok(group)) if theirs == session && group != me => {
-            setpgid(None, Some(group)).is_ok()
+    // libc rather than rustix: in a child PID namespace a session, group or
+    // parent outside it reads as 0, which rustix's Pid refuses (a panic).
+    // SAFETY: these calls only read or set our own process's ids.
+    unsafe {
+        let me = libc::getpid();
+        let session = libc::getsid(0);
+        if session == me || session < 0 {
+            return false;
         }
-        _ => false,
+        if libc::getpgrp() != me {
+            return libc::setpgid(0, 0) == 0;
+        }
+        let parent = libc::getppid();
+        if parent <= 0 || libc::getsid(parent) != session {
+            return false;
+        }
+        let group = libc::getpgid(parent);
+        group > 0 && group != me && libc::setpgid(0, group) == 0
     }
 }
 

@@ -114,6 +114,17 @@ impl Background {
 
 impl Drop for Background {
     fn drop(&mut self) {
+        // Its children first (lockrun's command, a shell's lockrun): left
+        // behind they would hold the lock, and the test's output pipe, long
+        // after the test.
+        let pid = self.pid();
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+        for child in children.unwrap_or_default().split_whitespace() {
+            if let Ok(child) = child.parse::<i32>() {
+                // SAFETY: kill(2) on a child of a process this test started.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
