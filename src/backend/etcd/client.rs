@@ -63,6 +63,7 @@ pub struct Kv {
     pub key: String,
     pub value: Vec<u8>,
     pub create_revision: i64,
+    pub mod_revision: i64,
     pub lease: i64,
 }
 
@@ -72,6 +73,7 @@ impl From<&ec::KeyValue> for Kv {
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             value: kv.value().to_vec(),
             create_revision: kv.create_revision(),
+            mod_revision: kv.mod_revision(),
             lease: kv.lease(),
         }
     }
@@ -252,6 +254,24 @@ impl Client {
     /// exists, and reads the oldest key under the lock's prefix.
     pub fn attempt(&self, name: &str, lease: i64, value: &[u8]) -> Result<Attempt, EtcdError> {
         let key = key_for(name, lease);
+        let (revision, oldest) = self.attempt_n(name, lease, value, 1)?;
+        Ok(match oldest.into_iter().next() {
+            Some(kv) if kv.key == key => Attempt::Acquired { revision },
+            owner => Attempt::Queued { revision, owner },
+        })
+    }
+
+    /// [`Client::attempt`] for `--slots N`: returns our key's creation
+    /// revision and the `limit` oldest keys under the prefix, oldest first,
+    /// with their values (the holders, when `limit` is N).
+    pub fn attempt_n(
+        &self,
+        name: &str,
+        lease: i64,
+        value: &[u8],
+        limit: u16,
+    ) -> Result<(i64, Vec<Kv>), EtcdError> {
+        let key = key_for(name, lease);
         let prefix = format!("{name}/");
         let value = value.to_vec();
         let k = key.clone();
@@ -271,11 +291,11 @@ impl Client {
                             value.clone(),
                             Some(ec::PutOptions::new().with_lease(lease)),
                         ),
-                        ec::TxnOp::get(prefix.clone(), Some(oldest())),
+                        ec::TxnOp::get(prefix.clone(), Some(oldest_n(limit))),
                     ])
                     .or_else([
                         ec::TxnOp::get(k.clone(), None),
-                        ec::TxnOp::get(prefix.clone(), Some(oldest())),
+                        ec::TxnOp::get(prefix.clone(), Some(oldest_n(limit))),
                     ]);
                 async move { c.txn(txn).await }
             },
@@ -297,11 +317,8 @@ impl Client {
                 .map(|kv| kv.create_revision)
         }
         .ok_or_else(|| malformed("a lock transaction without our key's revision"))?;
-        let owner = ranges.get(1).and_then(|r| r.first()).cloned();
-        Ok(match owner {
-            Some(kv) if kv.key == key => Attempt::Acquired { revision },
-            owner => Attempt::Queued { revision, owner },
-        })
+        let oldest = ranges.into_iter().nth(1).unwrap_or_default();
+        Ok((revision, oldest))
     }
 
     /// Waits until our key (created by [`Client::attempt`]) is the oldest
@@ -333,6 +350,124 @@ impl Client {
                 }
             }
         })
+    }
+
+    /// [`Client::wait_lock`] for `--slots N`: waits until our key is among
+    /// the `n` oldest under the prefix (see `Inner::wait_slot_round`).
+    pub fn wait_slot(&self, name: &str, lease: i64, n: u16) -> Result<String, EtcdError> {
+        let ours = key_for(name, lease);
+        self.block_on(async {
+            let mut revision = None;
+            loop {
+                match self
+                    .inner
+                    .wait_slot_round(name, &ours, n, &mut revision)
+                    .await
+                {
+                    Ok(true) => return Ok(ours),
+                    Ok(false) => {}
+                    Err(Failed::Final(message)) => return Err(error(message)),
+                    Err(Failed::Member(_)) => tokio::time::sleep(RETRY).await,
+                }
+            }
+        })
+    }
+
+    /// The `n` oldest keys under the lock's prefix (the holders with
+    /// `--slots N`), oldest first, and how many keys there are in all.
+    pub fn oldest_n(&self, name: &str, n: u16) -> Result<(Vec<Kv>, usize), EtcdError> {
+        let prefix = format!("{name}/");
+        let answer = self.block_on(self.inner.call(
+            "range",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| {
+                let prefix = prefix.clone();
+                async move { c.get(prefix, Some(oldest_n(n))).await }
+            },
+        ))?;
+        let count = usize::try_from(answer.count()).unwrap_or(0);
+        Ok((answer.kvs().iter().map(Kv::from).collect(), count))
+    }
+
+    /// Every key that starts with `prefix` (no `/` added), up to `limit`.
+    pub fn keys_starting(&self, prefix: &str, limit: i64) -> Result<Vec<Kv>, EtcdError> {
+        let prefix = prefix.to_owned();
+        let answer = self.block_on(self.inner.call(
+            "range",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| {
+                let prefix = prefix.clone();
+                async move {
+                    c.get(
+                        prefix,
+                        Some(ec::GetOptions::new().with_prefix().with_limit(limit)),
+                    )
+                    .await
+                }
+            },
+        ))?;
+        Ok(answer.kvs().iter().map(Kv::from).collect())
+    }
+
+    /// Takes a slot number for our key (`key`, created at `revision`, now
+    /// among the `n` oldest): the lowest that no other holder's value
+    /// names (`slot_of`), written into our value (`value_for`) by a
+    /// transaction that succeeds only if no other holder's key changed
+    /// since it was read. Two holders choosing at once cannot both win,
+    /// so the numbers of current holders are unique. `Ok(None)`: our key
+    /// is no longer among the holders (it is gone).
+    pub fn claim_slot(
+        &self,
+        name: &str,
+        (key, revision, lease): (&str, i64, i64),
+        n: u16,
+        slot_of: &dyn Fn(&[u8]) -> Option<u16>,
+        value_for: &dyn Fn(u16) -> Vec<u8>,
+        deadline: Instant,
+    ) -> Result<Option<u16>, EtcdError> {
+        loop {
+            let (holders, _) = self.oldest_n(name, n)?;
+            if !holders
+                .iter()
+                .any(|kv| kv.key == key && kv.create_revision == revision)
+            {
+                return Ok(None);
+            }
+            let others: Vec<&Kv> = holders.iter().filter(|kv| kv.key != key).collect();
+            let taken: Vec<u16> = others.iter().filter_map(|kv| slot_of(&kv.value)).collect();
+            let Some(slot) = (1..=n).find(|k| !taken.contains(k)) else {
+                return Err(error(format!(
+                    "every slot number of {name} is taken by the other holders"
+                )));
+            };
+            let mut compares = vec![ec::Compare::create_revision(
+                key,
+                ec::CompareOp::Equal,
+                revision,
+            )];
+            compares.extend(others.iter().map(|kv| {
+                ec::Compare::mod_revision(kv.key.as_str(), ec::CompareOp::Equal, kv.mod_revision)
+            }));
+            let put = ec::TxnOp::put(
+                key,
+                value_for(slot),
+                Some(ec::PutOptions::new().with_lease(lease)),
+            );
+            let answer = self.block_on(self.inner.call("slot claim", deadline, move |mut c| {
+                let txn = ec::Txn::new()
+                    .when(compares.clone())
+                    .and_then([put.clone()]);
+                async move { c.txn(txn).await }
+            }))?;
+            if answer.succeeded() {
+                return Ok(Some(slot));
+            }
+            if Instant::now() >= deadline {
+                return Err(error(format!(
+                    "could not claim a slot number of {name} before the deadline"
+                )));
+            }
+        }
     }
 
     /// The oldest key under the lock's prefix (the holder) and how many
@@ -599,11 +734,118 @@ impl Inner {
             Some(Some(key)) => key,
         };
         let read_at = answer.header().map_or(0, |h| h.revision());
+        let options = ec::WatchOptions::new().with_start_revision(read_at + 1);
+        self.watch_for(key, options, false).await
+    }
+
+    /// One round of the wait for one of `n` slots. The `n` oldest keys hold
+    /// the lock; a single transaction reads, if our key still exists as we
+    /// created it, up to `n + 1` keys older than ours, newest first. Fewer
+    /// than `n`: a slot is ours (`Ok(true)`). Exactly `n`: we are first in
+    /// line, and the deletion of any of those holders admits us, so we
+    /// watch deletions under the prefix (only the first in line does: the
+    /// others sleep). More: we watch only the key just ahead of ours, for
+    /// any change: it is deleted, or it gets a slot and writes its slot
+    /// number into its value, and then we are first in line. Either way a
+    /// release wakes one waiter, not the crowd.
+    async fn wait_slot_round(
+        &self,
+        name: &str,
+        ours: &str,
+        n: u16,
+        revision: &mut Option<i64>,
+    ) -> Result<bool, Failed> {
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        let gone = || {
+            Failed::Final(format!(
+                "our lock key {ours} is gone from etcd (its lease expired or it was deleted) while it waited"
+            ))
+        };
+        let mine = match *revision {
+            Some(r) => r,
+            None => {
+                let kv = self.get_member(ours, deadline).await?.ok_or_else(gone)?;
+                *revision = Some(kv.create_revision);
+                kv.create_revision
+            }
+        };
+        let prefix = format!("{name}/");
+        let key = ours.to_owned();
+        let answer = self
+            .call("slot wait transaction", deadline, move |mut c| {
+                let txn = ec::Txn::new()
+                    .when([ec::Compare::create_revision(
+                        key.clone(),
+                        ec::CompareOp::Equal,
+                        mine,
+                    )])
+                    .and_then([ec::TxnOp::get(
+                        prefix.clone(),
+                        Some(
+                            ec::GetOptions::new()
+                                .with_prefix()
+                                .with_keys_only()
+                                .with_max_create_revision(mine - 1)
+                                .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
+                                .with_limit(i64::from(n) + 1),
+                        ),
+                    )]);
+                async move { c.txn(txn).await }
+            })
+            .await
+            .map_err(|e| Failed::Member(e.message))?;
+        if !answer.succeeded() {
+            return Err(gone());
+        }
+        let Some(ahead) = answer.op_responses().into_iter().find_map(|r| match r {
+            ec::TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+            _ => None,
+        }) else {
+            return Err(Failed::Final(
+                "unexpected answer from etcd: a slot wait transaction without its range".into(),
+            ));
+        };
+        if ahead.len() < usize::from(n) {
+            return Ok(true);
+        }
+        let read_at = answer.header().map_or(0, |h| h.revision());
+        let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
+        if ahead.len() == usize::from(n) {
+            let options = from
+                .with_prefix()
+                .with_filters([ec::WatchFilterType::NoPut]);
+            self.watch_for(format!("{name}/").into_bytes(), options, false)
+                .await
+        } else {
+            self.watch_for(ahead[0].key().to_vec(), from, true).await
+        }
+    }
+
+    async fn get_member(&self, key: &str, deadline: Instant) -> Result<Option<Kv>, Failed> {
+        let key = key.to_owned();
+        let answer = self
+            .call("range", deadline, move |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await
+            .map_err(|e| Failed::Member(e.message))?;
+        Ok(answer.kvs().first().map(Kv::from))
+    }
+
+    /// Watches `key` (with `options`) on the member that answered the last
+    /// read, until an event that may change our place in line: a deletion,
+    /// or with `puts` any change. `Ok(false)`: look again.
+    async fn watch_for(
+        &self,
+        key: Vec<u8>,
+        options: ec::WatchOptions,
+        puts: bool,
+    ) -> Result<bool, Failed> {
         // The member that answered the read: watch there.
         let at = self.preferred.load(Ordering::Relaxed);
         let endpoint = &self.members[at].endpoint;
         let mut client = self.member(at).await?;
-        let options = ec::WatchOptions::new().with_start_revision(read_at + 1);
         let mut stream = tokio::time::timeout(ATTEMPT_TIMEOUT, client.watch(key, Some(options)))
             .await
             .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))?
@@ -625,7 +867,7 @@ impl Inner {
                     if answer
                         .events()
                         .iter()
-                        .any(|e| e.event_type() == ec::EventType::Delete)
+                        .any(|e| puts || e.event_type() == ec::EventType::Delete)
                     {
                         // Even when it was the last key ahead, the next
                         // round's transaction decides: our own key may be
@@ -787,10 +1029,15 @@ impl Inner {
 
 /// The range options for the oldest key under a prefix.
 fn oldest() -> ec::GetOptions {
+    oldest_n(1)
+}
+
+/// The `n` oldest keys under a prefix, oldest first.
+fn oldest_n(n: u16) -> ec::GetOptions {
     ec::GetOptions::new()
         .with_prefix()
         .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
-        .with_limit(1)
+        .with_limit(i64::from(n))
 }
 
 /// An error with its causes, each once: TLS failures are three or four
