@@ -1492,6 +1492,18 @@ fn the_etcd_meter_catches_a_broken_limit() {
     );
 }
 
+/// Processes killed when the test ends, passed or failed.
+struct Crowd(Vec<Child>);
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// How many events this etcd member has sent to watchers so far (its
 /// Prometheus counter, over plain HTTP on the client port).
 fn events_sent(etcd: &Etcd) -> u64 {
@@ -1524,22 +1536,26 @@ fn a_crowd_of_200_through_4_etcd_slots_never_exceeds_4_and_does_not_stampede() {
         r#"echo "start $$ $LOCKRUN_SLOT" >> "$1"; sleep 0.02; echo "end $$ $LOCKRUN_SLOT" >> "$1""#;
     let before = events_sent(&etcd);
     let jobs = 200;
-    let mut crowd: Vec<Child> = (0..jobs)
-        .map(|_| {
-            etcd.std_lockrun()
-                .args(["--slots", "4", &url, "--", "sh", "-c", script, "job"])
-                .arg(&meter)
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("spawn a job")
-        })
-        .collect();
-    for child in &mut crowd {
+    let mut crowd = Crowd(
+        (0..jobs)
+            .map(|_| {
+                // A bounded wait: a failed run leaves nobody waiting.
+                etcd.std_lockrun()
+                    .args([
+                        "-w", "150", "--slots", "4", &url, "--", "sh", "-c", script, "job",
+                    ])
+                    .arg(&meter)
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("spawn a job")
+            })
+            .collect(),
+    );
+    for child in &mut crowd.0 {
         let status = wait_child(child, Duration::from_secs(180));
         assert!(status.success(), "{status:?}");
     }
     let events = events_sent(&etcd) - before;
-    eprintln!("EVENTS {events}");
     let seen = read_meter(&meter, 4);
     assert_eq!(seen.ended, jobs);
     assert!(seen.peak <= 4, "{} at once", seen.peak);
