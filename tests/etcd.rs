@@ -1756,3 +1756,117 @@ fn holder_and_check_show_every_etcd_slot() {
         (Some("free"), Some(3))
     );
 }
+
+/// Issue 17: `holder` and `check` take --cacert, --cert, --key, --user and
+/// --password-file on the command line, as the run form does, not only
+/// from the environment.
+#[test]
+fn holder_and_check_take_the_tls_and_user_options_on_the_command_line() {
+    let Some(pki) = Pki::make() else { return };
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let setup = Setup {
+        tls: Some(&pki),
+        client_cert_auth: true,
+        ..Setup::default()
+    };
+    let Some(etcd) = Etcd::start_with(&setup, 1) else {
+        return;
+    };
+    let url = etcd.url("job");
+    let (mut holder, words) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready $$; read x"]);
+        cmd
+    });
+    let (ca, cert, key) = (
+        pki.file("ca.pem"),
+        pki.file("client.pem"),
+        pki.file("client.key"),
+    );
+    let bare = || {
+        let mut cmd = etcd.lockrun();
+        cmd.env_remove("LOCKRUN_ETCD_CACERT")
+            .env_remove("LOCKRUN_ETCD_CERT")
+            .env_remove("LOCKRUN_ETCD_KEY");
+        cmd
+    };
+    let tls = ["--cacert", &ca, "--cert", &cert, "--key", &key];
+    // Without the options, TLS is not even tried: cannot tell (69).
+    fails(bare().args(["check", "-q", &url]), 69);
+    bare()
+        .arg("check")
+        .args(tls)
+        .args(["-q", &url])
+        .assert()
+        .code(0);
+    let out = bare()
+        .args(["holder", "--json"])
+        .args(tls)
+        .arg(&url)
+        .assert()
+        .success();
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.get_output().stdout).expect("holder --json");
+    assert_eq!(json["record"]["pid"].to_string(), words[0], "{json}");
+    // The options name the file they came from when it is wrong.
+    let err = String::from_utf8_lossy(
+        &bare()
+            .args(["holder", "--cacert", &pki.file("other-ca.pem"), &url])
+            .assert()
+            .code(69)
+            .get_output()
+            .stdout,
+    )
+    .into_owned();
+    assert!(err.contains("other-ca.pem"), "{err}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+
+    // --user and --password-file, on an etcd with authentication.
+    let Some(plain) = Etcd::start() else { return };
+    plain.enable_auth();
+    let url = plain.url("job");
+    let dir = temp_dir();
+    let pw = dir.path().join("password");
+    std::fs::write(&pw, "apppw\n").expect("write password");
+    let pw = pw.display().to_string();
+    let err = fails(plain.lockrun().args(["check", &url]), 69);
+    assert!(err.is_empty() || err.starts_with("lockrun: "), "{err}");
+    plain
+        .lockrun()
+        .args(["check", "--user", "app", "--password-file", &pw, &url])
+        .assert()
+        .code(1);
+    plain
+        .lockrun()
+        .args(["holder", "--user", "app", "--password-file", &pw, &url])
+        .assert()
+        .success();
+    let out = plain
+        .lockrun()
+        .args([
+            "check",
+            "--user",
+            "app",
+            "--password-file",
+            "/nonexistent/pw",
+            &url,
+        ])
+        .assert()
+        .code(69);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(text.contains("/nonexistent/pw"), "{text}");
+    // A password on the command line is refused here too, and the options
+    // mean nothing to a lock file.
+    fails(
+        plain.lockrun().args(["check", "--user", "app:apppw", &url]),
+        64,
+    );
+    let lock = lock_in(&dir);
+    fails(
+        plain.lockrun().args(["holder", "--cacert", &ca]).arg(&lock),
+        64,
+    );
+}
