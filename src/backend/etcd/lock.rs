@@ -422,9 +422,12 @@ impl Held for EtcdHeld {
             (None, Some(line)) => Some((last_key.as_str(), line.as_slice())),
             _ => None,
         };
-        let revoked = self
-            .client
-            .release(self.lease, last, Instant::now() + CLEANUP_TIMEOUT);
+        let revoked = self.client.release(
+            self.lease,
+            &self.key,
+            last,
+            Instant::now() + CLEANUP_TIMEOUT,
+        );
         if let Some(reason) = lost {
             return Err(reason);
         }
