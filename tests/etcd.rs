@@ -1640,6 +1640,27 @@ fn a_slot_holder_killed_with_sigkill_frees_its_slot_when_its_lease_expires() {
         75,
     );
     assert!(err.contains("2 commands, one per slot (slot "), "{err}");
+    // -E, -q and -w as for one lock.
+    etcd.lockrun()
+        .args(["-n", "-E", "3", "--slots", "2", &url, "true"])
+        .assert()
+        .code(3);
+    etcd.lockrun()
+        .args(["-n", "-q", "--slots", "2", &url, "true"])
+        .assert()
+        .code(75)
+        .stderr("");
+    let err = fails(
+        etcd.lockrun()
+            .args(["-w", "0.3", "--slots", "2", &url, "true"]),
+        75,
+    );
+    assert!(err.contains("timed out after"), "{err}");
+    assert_eq!(
+        waiting_count(&url),
+        Some(0),
+        "a waiter that gave up left its key"
+    );
     kill(first.pid(), "KILL");
     first.wait_exit(BOUND);
     wait_for("the command to end with lockrun", || process_gone(command));
@@ -1869,4 +1890,43 @@ fn holder_and_check_take_the_tls_and_user_options_on_the_command_line() {
         plain.lockrun().args(["holder", "--cacert", &ca]).arg(&lock),
         64,
     );
+}
+
+/// `--max-time` on a slot stops that command (124) and frees only its
+/// slot; `-v` says which slot was taken.
+#[test]
+fn max_time_on_an_etcd_slot_frees_that_slot() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("limited-slots");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--slots", "2"], Path::new(&url), "echo ready; read x");
+    let out = etcd
+        .lockrun()
+        .args([
+            "-v",
+            "--slots",
+            "2",
+            "--max-time",
+            "300ms",
+            "--kill-grace",
+            "300ms",
+            &url,
+        ])
+        .args(["sh", "-c", "trap '' TERM; exec sleep 60"])
+        .timeout(BOUND)
+        .assert()
+        .code(124);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("lockrun: took slot "), "{stderr}");
+    assert!(stderr.contains("of 2 on limited-slots"), "{stderr}");
+    assert!(stderr.contains("SIGKILL"), "{stderr}");
+    // Its slot is free at once; the other is still held.
+    etcd.lockrun()
+        .args(["-n", "--slots", "2", &url, "true"])
+        .assert()
+        .success();
+    let json = holder_json(&url);
+    assert_eq!(json["holders"].as_array().map(Vec::len), Some(1), "{json}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
 }
