@@ -219,6 +219,13 @@ pub struct EtcdArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "etcd")]
     ttl: Option<Duration>,
 
+    #[command(flatten)]
+    access: AccessArgs,
+}
+
+// How to reach an etcd lock URL: for the run form, `holder` and `check`.
+#[derive(Debug, Args, PartialEq, Default)]
+pub struct AccessArgs {
     /// etcd lock URL only: verify the server's certificate with this CA (TLS; default: the system's roots)
     #[arg(long, value_name = "FILE", help_heading = "etcd")]
     cacert: Option<PathBuf>,
@@ -395,7 +402,7 @@ pub fn command_for(with_etcd: bool) -> clap::Command {
         a.help("Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME")
     })
     .mut_subcommand("holder", |c| {
-        c.after_help(
+        AccessArgs::augment_args(c).after_help(
             "Held or free comes from the kernel's lock table; the holder record adds who \
              and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
              cannot be read; 69 etcd cannot be reached; 64 usage error.\n\nExample:\n  \
@@ -406,7 +413,8 @@ pub fn command_for(with_etcd: bool) -> clap::Command {
         })
     })
     .mut_subcommand("check", |c| {
-        c.mut_arg("path", |a| a.help("The lock file or etcd:// URL to look at"))
+        AccessArgs::augment_args(c)
+            .mut_arg("path", |a| a.help("The lock file or etcd:// URL to look at"))
     })
 }
 
@@ -512,9 +520,14 @@ where
         } else {
             EtcdArgs::default()
         };
-        Ok((Cli::from_arg_matches(&m)?, etcd))
+        // `holder` and `check` take the TLS and user options too.
+        let access = match m.subcommand() {
+            Some((_, sub)) if HAS_LOCK_URLS => AccessArgs::from_arg_matches(sub)?,
+            _ => AccessArgs::default(),
+        };
+        Ok((Cli::from_arg_matches(&m)?, etcd, access))
     });
-    let (cli, etcd_args) = match parsed {
+    let (cli, etcd_args, inspect_access) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return clap_failure(e),
     };
@@ -524,10 +537,13 @@ where
     match cli.inspect {
         Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder {
             json,
-            targets: paths
-                .into_iter()
-                .map(|p| LockTarget::parse(p.into_os_string()))
-                .collect::<Result<_, _>>()?,
+            targets: with_access(
+                paths
+                    .into_iter()
+                    .map(|p| LockTarget::parse(p.into_os_string()))
+                    .collect::<Result<_, _>>()?,
+                inspect_access,
+            )?,
         }),
         Some(Inspect::Check {
             json,
@@ -538,9 +554,49 @@ where
             json,
             quiet,
             probe,
-            target: LockTarget::parse(path.into_os_string())?,
+            target: with_access(
+                vec![LockTarget::parse(path.into_os_string())?],
+                inspect_access,
+            )?
+            .pop()
+            .ok_or_else(|| Failure::new(exit_codes::USAGE, "check needs a lock"))?,
         }),
         None => run_invocation(cli.run, etcd_args, false),
+    }
+}
+
+/// `holder`/`check` with `--cacert`, `--cert`, `--key`, `--user` or
+/// `--password-file`: they apply to the etcd URLs among `targets`, as they
+/// do to the run form's, and are a usage error without one.
+fn with_access(targets: Vec<LockTarget>, access: AccessArgs) -> Result<Vec<LockTarget>, Failure> {
+    if access == AccessArgs::default() {
+        return Ok(targets);
+    }
+    if !targets.iter().any(|t| matches!(t, LockTarget::Etcd(_))) {
+        return Err(url_usage(
+            "--cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
+        ));
+    }
+    let flags = access_flags(access);
+    targets
+        .into_iter()
+        .map(|target| match target {
+            LockTarget::Etcd(url) => url
+                .with_flags(&flags)
+                .map(LockTarget::Etcd)
+                .map_err(|e| Failure::new(exit_codes::USAGE, e)),
+            other => Ok(other),
+        })
+        .collect()
+}
+
+fn access_flags(access: AccessArgs) -> etcd::AccessFlags {
+    etcd::AccessFlags {
+        cacert: access.cacert,
+        cert: access.cert,
+        key: access.key,
+        user: access.user,
+        password_file: access.password_file,
     }
 }
 
@@ -939,13 +995,7 @@ fn etcd_run(
     messages: (bool, u8),
 ) -> Result<Invocation, Failure> {
     let url = url
-        .with_flags(&etcd::AccessFlags {
-            cacert: etcd_args.cacert,
-            cert: etcd_args.cert,
-            key: etcd_args.key,
-            user: etcd_args.user,
-            password_file: etcd_args.password_file,
-        })
+        .with_flags(&access_flags(etcd_args.access))
         .map_err(|e| Failure::new(exit_codes::USAGE, e))?;
     url_run_options(
         url,
@@ -970,12 +1020,7 @@ fn postgres_run(
     command: Vec<OsString>,
     messages: (bool, u8),
 ) -> Result<Invocation, Failure> {
-    if url_args.cacert.is_some()
-        || url_args.cert.is_some()
-        || url_args.key.is_some()
-        || url_args.user.is_some()
-        || url_args.password_file.is_some()
-    {
+    if url_args.access != AccessArgs::default() {
         return Err(url_usage(
             "--cacert, --cert, --key, --user and --password-file are etcd's; a postgres:// URL takes libpq's (sslrootcert=, user@, PGPASSWORD or ~/.pgpass)",
         ));

@@ -1315,3 +1315,618 @@ fn max_time_on_a_lock_url_stops_the_command_and_releases() {
     assert!(stderr.contains("SIGKILL"), "{stderr}");
     lockrun().args(["-n", &url, "true"]).assert().success();
 }
+
+// ------------------------------------------------------------ --slots N
+//
+// Issue 14 item 7: the N oldest keys under NAME/ hold the lock. A meter
+// file the jobs append to (one O_APPEND write per line, so the file's
+// order is the order things happened in) counts how many run at once.
+
+/// A gated job: appends `start ID SLOT`, waits for its gate (a FIFO) to
+/// open, appends `end ID SLOT`.
+const SLOT_JOB: &str = r#"echo "start $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter"; read x < "$2/gate$1"; echo "end $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter""#;
+
+/// What the meter file says so far.
+#[derive(Default, Debug)]
+struct Meter {
+    /// Started and not ended: job id -> slot.
+    running: std::collections::HashMap<String, String>,
+    ended: usize,
+    /// The most jobs running at once.
+    peak: usize,
+    /// A slot number two running jobs had at once, or one outside 1..=N.
+    bad_slot: Option<String>,
+}
+
+fn read_meter(meter: &Path, n: usize) -> Meter {
+    let text = std::fs::read_to_string(meter).unwrap_or_default();
+    let mut seen = Meter::default();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [what, id, slot] = words[..] else {
+            panic!("meter line {line:?}")
+        };
+        match what {
+            "start" => {
+                let in_range =
+                    slot == "none" || slot.parse::<usize>().is_ok_and(|s| (1..=n).contains(&s));
+                let taken = slot != "none" && seen.running.values().any(|s| s == slot);
+                if !in_range || taken {
+                    seen.bad_slot.get_or_insert_with(|| slot.to_owned());
+                }
+                seen.running.insert(id.to_owned(), slot.to_owned());
+                seen.peak = seen.peak.max(seen.running.len());
+            }
+            "end" => {
+                seen.running.remove(id);
+                seen.ended += 1;
+            }
+            _ => panic!("meter line {line:?}"),
+        }
+    }
+    seen
+}
+
+fn open_gate(dir: &Path, id: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking: fails (ENXIO) until the job has opened it to read.
+    let gate = dir.join(format!("gate{id}"));
+    wait_for(&format!("job {id} to wait at its gate"), || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&gate)
+            .and_then(|mut f| f.write_all(b"go\n"))
+            .is_ok()
+    });
+}
+
+/// Runs `jobs` gated jobs through `lockrun ARGS URL` and checks the meter
+/// round by round: never more than `limit` at once, `limit` at once
+/// whenever that many are left, slot numbers unique among running jobs.
+fn etcd_meter_run(
+    etcd: &Etcd,
+    url: &str,
+    args: &[&str],
+    jobs: usize,
+    limit: usize,
+) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let dir = temp_dir();
+    let meter = dir.path().join("meter");
+    let mut children: Vec<Child> = (0..jobs)
+        .map(|id| {
+            let made = Command::new("mkfifo")
+                .arg(dir.path().join(format!("gate{id}")))
+                .status()
+                .expect("mkfifo");
+            assert!(made.success());
+            etcd.std_lockrun()
+                .args(args)
+                .arg(url)
+                .args(["--", "sh", "-c", SLOT_JOB, "job", &id.to_string()])
+                .arg(dir.path())
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("spawn a job")
+        })
+        .collect();
+    let mut released = std::collections::BTreeSet::new();
+    let result = (|| {
+        while released.len() < jobs {
+            let want = limit.min(jobs - released.len());
+            let deadline = Instant::now() + BOUND;
+            let seen = loop {
+                let seen = read_meter(&meter, limit);
+                let fresh = seen
+                    .running
+                    .keys()
+                    .filter(|id| !released.contains(*id))
+                    .count();
+                if fresh >= want || seen.peak > limit {
+                    break seen;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{want} jobs never ran at once (meter: {seen:?})"));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if seen.peak > limit {
+                return Err(format!("{} jobs ran at once, more than {limit}", seen.peak));
+            }
+            if let Some(slot) = seen.bad_slot {
+                return Err(format!(
+                    "slot {slot} was given to two running jobs, or is not in 1..={limit}"
+                ));
+            }
+            let round: Vec<String> = seen
+                .running
+                .keys()
+                .filter(|id| !released.contains(*id))
+                .cloned()
+                .collect();
+            for id in round {
+                open_gate(dir.path(), &id);
+                released.insert(id);
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        // Nothing is left behind: each job dies with its command.
+        for child in &children {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+        }
+    }
+    for child in &mut children {
+        let status = wait_child(child, BOUND);
+        if result.is_ok() {
+            assert!(status.success(), "a job failed: {status:?}");
+        }
+    }
+    result?;
+    let seen = read_meter(&meter, limit);
+    assert_eq!(seen.ended, jobs, "{seen:?}");
+    Ok(())
+}
+
+#[test]
+fn etcd_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
+    let Some(etcd) = Etcd::start() else { return };
+    etcd_meter_run(&etcd, &etcd.url("gpu"), &["--slots", "3"], 7, 3).unwrap();
+}
+
+/// The control: the same meter fails when the limit is broken.
+#[test]
+fn the_etcd_meter_catches_a_broken_limit() {
+    let Some(etcd) = Etcd::start() else { return };
+    let too_many = etcd_meter_run(&etcd, &etcd.url("gpu"), &["--slots", "7"], 7, 3).unwrap_err();
+    // Seen either way: a fourth job running, or its slot number above 3.
+    assert!(
+        too_many.contains("more than 3") || too_many.contains("not in 1..=3"),
+        "{too_many}"
+    );
+}
+
+/// Processes killed when the test ends, passed or failed.
+struct Crowd(Vec<Child>);
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// How many events this etcd member has sent to watchers so far (its
+/// Prometheus counter, over plain HTTP on the client port).
+fn events_sent(etcd: &Etcd) -> u64 {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(&etcd.endpoint).expect("connect to etcd");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n")
+        .expect("ask for metrics");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_events_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .expect("etcd_debugging_mvcc_events_total in /metrics")
+}
+
+/// 200 contenders through 4 slots: never more than 4 at once, unique
+/// slot numbers, every job ran; and no stampede: a release wakes one
+/// waiter, so the events etcd sends to watchers grow with the jobs, not
+/// with the jobs times the crowd (every waiter watching the whole prefix
+/// gets about 200 * 200 / 2 = 20000).
+#[test]
+fn a_crowd_of_200_through_4_etcd_slots_never_exceeds_4_and_does_not_stampede() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("crowd");
+    let dir = temp_dir();
+    let meter = dir.path().join("meter");
+    let script =
+        r#"echo "start $$ $LOCKRUN_SLOT" >> "$1"; sleep 0.02; echo "end $$ $LOCKRUN_SLOT" >> "$1""#;
+    let before = events_sent(&etcd);
+    let jobs = 200;
+    let mut crowd = Crowd(
+        (0..jobs)
+            .map(|_| {
+                // A bounded wait: a failed run leaves nobody waiting.
+                etcd.std_lockrun()
+                    .args([
+                        "-w", "150", "--slots", "4", &url, "--", "sh", "-c", script, "job",
+                    ])
+                    .arg(&meter)
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("spawn a job")
+            })
+            .collect(),
+    );
+    for child in &mut crowd.0 {
+        let status = wait_child(child, Duration::from_secs(180));
+        assert!(status.success(), "{status:?}");
+    }
+    let events = events_sent(&etcd) - before;
+    let seen = read_meter(&meter, 4);
+    assert_eq!(seen.ended, jobs);
+    assert!(seen.peak <= 4, "{} at once", seen.peak);
+    assert_eq!(seen.bad_slot, None);
+    assert!(seen.running.is_empty());
+    assert!(
+        events <= 5 * jobs as u64,
+        "{events} watch events for {jobs} jobs: the waiters stampede"
+    );
+}
+
+#[test]
+fn a_different_number_of_etcd_slots_is_a_usage_error_naming_both() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("agree");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--slots", "2"], Path::new(&url), "echo ready; read x");
+    let ran = temp_dir();
+    let marker = ran.path().join("ran");
+    let err = fails(
+        etcd.lockrun()
+            .args(["--slots", "3", &url, "touch"])
+            .arg(&marker),
+        64,
+    );
+    assert!(
+        err.starts_with(&format!(
+            "lockrun: {url} is used with --slots 2 (set by lockrun pid {}",
+            holder.pid()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("not --slots 3"), "{err}");
+    // A plain lock is one slot: it disagrees with 2 too, either way round.
+    let err = fails(etcd.lockrun().args([&url, "true"]), 64);
+    assert!(
+        err.contains("with --slots 2") && err.contains("no --slots"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "a refused contender ran its command");
+    // The refused contenders left no key behind: only the holder's.
+    assert_eq!(waiting_count(&url), Some(0));
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let (mut plain, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let err = fails(etcd.lockrun().args(["--slots", "2", &url, "true"]), 64);
+    assert!(
+        err.contains("is used without --slots") && err.contains("not --slots 2"),
+        "{err}"
+    );
+    plain.release();
+    assert!(plain.wait_exit(BOUND).success());
+    // Nobody left: any N goes.
+    etcd.lockrun()
+        .args(["--slots", "5", &url, "true"])
+        .assert()
+        .success();
+}
+
+/// kill -9 of a slot holder's lockrun: its command dies with it, and the
+/// slot is free once the lease expires (--ttl 2s here: within 2s of the
+/// kill, plus etcd's lease check), to the next contender, which gets the
+/// same slot number.
+#[test]
+fn a_slot_holder_killed_with_sigkill_frees_its_slot_when_its_lease_expires() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("kill9");
+    let args = ["--slots", "2", "--ttl", "2s"];
+    let (mut first, words) = Background::lockrun_holding(
+        &args,
+        Path::new(&url),
+        "echo ready $$ $LOCKRUN_SLOT; exec sleep 60",
+    );
+    let (command, slot) = (words[0].parse::<i32>().expect("pid"), words[1].clone());
+    let (mut second, other) =
+        Background::lockrun_holding(&args, Path::new(&url), "echo ready $LOCKRUN_SLOT; read x");
+    let mut both = [slot.clone(), other[0].clone()];
+    both.sort();
+    assert_eq!(both, ["1", "2"]);
+    let err = fails(
+        etcd.lockrun().args(["-n", "--slots", "2", &url, "true"]),
+        75,
+    );
+    assert!(err.contains("2 commands, one per slot (slot "), "{err}");
+    // -E, -q and -w as for one lock.
+    etcd.lockrun()
+        .args(["-n", "-E", "3", "--slots", "2", &url, "true"])
+        .assert()
+        .code(3);
+    etcd.lockrun()
+        .args(["-n", "-q", "--slots", "2", &url, "true"])
+        .assert()
+        .code(75)
+        .stderr("");
+    let err = fails(
+        etcd.lockrun()
+            .args(["-w", "0.3", "--slots", "2", &url, "true"]),
+        75,
+    );
+    assert!(err.contains("timed out after"), "{err}");
+    assert_eq!(
+        waiting_count(&url),
+        Some(0),
+        "a waiter that gave up left its key"
+    );
+    kill(first.pid(), "KILL");
+    first.wait_exit(BOUND);
+    wait_for("the command to end with lockrun", || process_gone(command));
+    let started = Instant::now();
+    let out = etcd
+        .lockrun()
+        .args([
+            "-w",
+            "15",
+            "--slots",
+            "2",
+            &url,
+            "sh",
+            "-c",
+            "echo $LOCKRUN_SLOT",
+        ])
+        .timeout(BOUND)
+        .assert()
+        .success();
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stdout).trim(),
+        slot
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the slot should pass on within the TTL, took {:?}",
+        started.elapsed()
+    );
+    second.release();
+    assert!(second.wait_exit(BOUND).success());
+}
+
+#[test]
+fn holder_and_check_show_every_etcd_slot() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("jobs/gpu");
+    etcd.lockrun().args(["check", &url]).assert().code(1);
+    let script = "echo ready $$ $LOCKRUN_SLOT $LOCKRUN_FENCING_TOKEN; read x";
+    let mut holders: Vec<(Background, Vec<String>)> = (0..2)
+        .map(|_| Background::lockrun_holding(&["--slots", "3"], Path::new(&url), script))
+        .collect();
+    // A third contender takes the last slot and a fourth waits for one.
+    let (mut third, _) =
+        Background::lockrun_holding(&["--slots", "3"], Path::new(&url), "echo ready; read x");
+    let mut cmd = etcd.std_lockrun();
+    cmd.args(["--slots", "3", &url, "--", "echo", "ready"]);
+    let mut waiter = Background::spawn(cmd);
+    wait_for("the fourth to queue", || waiting_count(&url) == Some(1));
+    third.release();
+    assert!(third.wait_exit(BOUND).success());
+    waiter.expect_ready();
+    assert!(waiter.wait_exit(BOUND).success());
+
+    etcd.lockrun().args(["check", "-q", &url]).assert().code(0);
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held", "{json}");
+    assert_eq!(json["slots"], 3, "{json}");
+    assert!(json["record"].is_null(), "{json}");
+    let slots = json["slot_reports"].as_array().expect("slot_reports");
+    assert_eq!(slots.len(), 3, "{json}");
+    assert_eq!(json["holders"].as_array().map(Vec::len), Some(2), "{json}");
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: 2 of 3 slots held")),
+        "{text}"
+    );
+    let mut free = vec![1, 2, 3];
+    for (_, words) in &holders {
+        let (pid, slot, token) = (&words[0], &words[1], &words[2]);
+        let k: usize = slot.parse().expect("slot");
+        free.retain(|&f| f != k);
+        let report = &slots[k - 1];
+        assert_eq!(report["state"], "held", "{report}");
+        assert_eq!(report["path"], format!("{url}.slot{k}"));
+        assert_eq!(report["record"]["pid"].to_string(), *pid, "{report}");
+        assert!(report["record"]["host"].is_string(), "{report}");
+        assert_eq!(report["etcd"]["fencing_token"].to_string(), *token);
+        assert!(
+            text.contains(&format!("slot {k}: held (exclusive) by pid {pid} `sh -c")),
+            "{text}"
+        );
+    }
+    // The free slot shows who had it last: the third, or the waiter.
+    assert_eq!(free.len(), 1);
+    let k = free[0];
+    assert_eq!(slots[k - 1]["state"], "free", "{json}");
+    assert!(
+        text.contains(&format!("slot {k}: free; last held by pid")),
+        "{text}"
+    );
+
+    for (holder, _) in &mut holders {
+        holder.release();
+        assert!(holder.wait_exit(BOUND).success());
+    }
+    etcd.lockrun().args(["check", "-q", &url]).assert().code(1);
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: 0 of 3 slots held")),
+        "{text}"
+    );
+    for (_, words) in &holders {
+        assert!(
+            text.contains(&format!(
+                "slot {}: free; last held by pid {}",
+                words[1], words[0]
+            )),
+            "{text}"
+        );
+    }
+    let json = holder_json(&url);
+    assert_eq!(
+        (json["state"].as_str(), json["slots"].as_u64()),
+        (Some("free"), Some(3))
+    );
+}
+
+/// Issue 17: `holder` and `check` take --cacert, --cert, --key, --user and
+/// --password-file on the command line, as the run form does, not only
+/// from the environment.
+#[test]
+fn holder_and_check_take_the_tls_and_user_options_on_the_command_line() {
+    let Some(pki) = Pki::make() else { return };
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let setup = Setup {
+        tls: Some(&pki),
+        client_cert_auth: true,
+        ..Setup::default()
+    };
+    let Some(etcd) = Etcd::start_with(&setup, 1) else {
+        return;
+    };
+    let url = etcd.url("job");
+    let (mut holder, words) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([&url, "sh", "-c", "echo ready $$; read x"]);
+        cmd
+    });
+    let (ca, cert, key) = (
+        pki.file("ca.pem"),
+        pki.file("client.pem"),
+        pki.file("client.key"),
+    );
+    let bare = || {
+        let mut cmd = etcd.lockrun();
+        cmd.env_remove("LOCKRUN_ETCD_CACERT")
+            .env_remove("LOCKRUN_ETCD_CERT")
+            .env_remove("LOCKRUN_ETCD_KEY");
+        cmd
+    };
+    let tls = ["--cacert", &ca, "--cert", &cert, "--key", &key];
+    // Without the options, TLS is not even tried: cannot tell (69).
+    fails(bare().args(["check", "-q", &url]), 69);
+    bare()
+        .arg("check")
+        .args(tls)
+        .args(["-q", &url])
+        .assert()
+        .code(0);
+    let out = bare()
+        .args(["holder", "--json"])
+        .args(tls)
+        .arg(&url)
+        .assert()
+        .success();
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.get_output().stdout).expect("holder --json");
+    assert_eq!(json["record"]["pid"].to_string(), words[0], "{json}");
+    // The options name the file they came from when it is wrong.
+    let err = String::from_utf8_lossy(
+        &bare()
+            .args(["holder", "--cacert", &pki.file("other-ca.pem"), &url])
+            .assert()
+            .code(69)
+            .get_output()
+            .stdout,
+    )
+    .into_owned();
+    assert!(err.contains("other-ca.pem"), "{err}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+
+    // --user and --password-file, on an etcd with authentication.
+    let Some(plain) = Etcd::start() else { return };
+    plain.enable_auth();
+    let url = plain.url("job");
+    let dir = temp_dir();
+    let pw = dir.path().join("password");
+    std::fs::write(&pw, "apppw\n").expect("write password");
+    let pw = pw.display().to_string();
+    let err = fails(plain.lockrun().args(["check", &url]), 69);
+    assert!(err.is_empty() || err.starts_with("lockrun: "), "{err}");
+    plain
+        .lockrun()
+        .args(["check", "--user", "app", "--password-file", &pw, &url])
+        .assert()
+        .code(1);
+    plain
+        .lockrun()
+        .args(["holder", "--user", "app", "--password-file", &pw, &url])
+        .assert()
+        .success();
+    let out = plain
+        .lockrun()
+        .args([
+            "check",
+            "--user",
+            "app",
+            "--password-file",
+            "/nonexistent/pw",
+            &url,
+        ])
+        .assert()
+        .code(69);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(text.contains("/nonexistent/pw"), "{text}");
+    // A password on the command line is refused here too, and the options
+    // mean nothing to a lock file.
+    fails(
+        plain.lockrun().args(["check", "--user", "app:apppw", &url]),
+        64,
+    );
+    let lock = lock_in(&dir);
+    fails(
+        plain.lockrun().args(["holder", "--cacert", &ca]).arg(&lock),
+        64,
+    );
+}
+
+/// `--max-time` on a slot stops that command (124) and frees only its
+/// slot; `-v` says which slot was taken.
+#[test]
+fn max_time_on_an_etcd_slot_frees_that_slot() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("limited-slots");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--slots", "2"], Path::new(&url), "echo ready; read x");
+    let out = etcd
+        .lockrun()
+        .args([
+            "-v",
+            "--slots",
+            "2",
+            "--max-time",
+            "300ms",
+            "--kill-grace",
+            "300ms",
+            &url,
+        ])
+        .args(["sh", "-c", "trap '' TERM; exec sleep 60"])
+        .timeout(BOUND)
+        .assert()
+        .code(124);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("lockrun: took slot "), "{stderr}");
+    assert!(stderr.contains("of 2 on limited-slots"), "{stderr}");
+    assert!(stderr.contains("SIGKILL"), "{stderr}");
+    // Its slot is free at once; the other is still held.
+    etcd.lockrun()
+        .args(["-n", "--slots", "2", &url, "true"])
+        .assert()
+        .success();
+    let json = holder_json(&url);
+    assert_eq!(json["holders"].as_array().map(Vec::len), Some(1), "{json}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}

@@ -63,6 +63,7 @@ pub struct Kv {
     pub key: String,
     pub value: Vec<u8>,
     pub create_revision: i64,
+    pub mod_revision: i64,
     pub lease: i64,
 }
 
@@ -72,6 +73,7 @@ impl From<&ec::KeyValue> for Kv {
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             value: kv.value().to_vec(),
             create_revision: kv.create_revision(),
+            mod_revision: kv.mod_revision(),
             lease: kv.lease(),
         }
     }
@@ -84,6 +86,30 @@ pub enum Attempt {
     Acquired { revision: i64 },
     /// Another key is older; ours now exists and waits behind it.
     Queued { revision: i64, owner: Option<Kv> },
+}
+
+/// How one round of a wait ended.
+enum Round {
+    /// The lock (or a slot) is ours.
+    Ours,
+    /// The key watched changed, seen on member `at`: look again there, with
+    /// a read of that member's own state, which is already as new as the
+    /// change (a serializable read: no round of consensus, half the time).
+    Changed { at: usize },
+    /// Look again from scratch (the watch was cancelled).
+    Again,
+}
+
+/// What a batch of watch events means to a waiter.
+enum Verdict {
+    /// Nothing that concerns us: keep watching.
+    Wait,
+    /// The lock (or a slot) is ours, as of these events.
+    Ours,
+    /// Something changed: read again.
+    Look,
+    /// Our own key changed (it was deleted): read again from scratch.
+    Again,
 }
 
 /// A client for a list of endpoints; cheap to clone (threads share it).
@@ -225,32 +251,58 @@ impl Client {
         self.block_on(self.inner.revoke(lease, deadline))
     }
 
-    /// Releases the lock: revokes the lease (which deletes our key) and,
-    /// at the same time, stores the last holder's record under `last.0`
-    /// (no lease: it outlives us). Both go out together, so the next
-    /// holder waits for the revoke only. The revoke is retried until
-    /// `deadline` as [`Client::revoke`] is; the record is best effort.
+    /// Releases the lock: deletes our key `key` and stores the last
+    /// holder's record under `last.0` (no lease: it outlives us) in one
+    /// transaction, and at the same time revokes the lease. The next
+    /// holder is admitted by whichever of the two etcd applies first: both
+    /// delete our key, so it never waits for a write that does not (the
+    /// record's put, sent on its own, could be ordered before the revoke).
+    /// The revoke is retried until `deadline` as [`Client::revoke`] is; the
+    /// transaction is best effort (the revoke deletes the key anyway).
     pub fn release(
         &self,
         lease: i64,
+        key: &str,
         last: Option<(&str, &[u8])>,
         deadline: Instant,
     ) -> Result<(), EtcdError> {
+        let mut ops = vec![ec::TxnOp::delete(key, None)];
+        if let Some((name, value)) = last {
+            ops.push(ec::TxnOp::put(name, value, None));
+        }
         self.block_on(async {
-            match last {
-                None => self.inner.revoke(lease, deadline).await,
-                Some((key, value)) => {
-                    let put = self.inner.put(key, value, deadline);
-                    let (revoked, _) = tokio::join!(self.inner.revoke(lease, deadline), put);
-                    revoked
-                }
-            }
+            let handoff = self
+                .inner
+                .call("release transaction", deadline, move |mut c| {
+                    let txn = ec::Txn::new().and_then(ops.clone());
+                    async move { c.txn(txn).await }
+                });
+            let (revoked, _) = tokio::join!(self.inner.revoke(lease, deadline), handoff);
+            revoked
         })
     }
 
     /// One round trip: creates our key (with `value`, on `lease`) unless it
     /// exists, and reads the oldest key under the lock's prefix.
     pub fn attempt(&self, name: &str, lease: i64, value: &[u8]) -> Result<Attempt, EtcdError> {
+        let key = key_for(name, lease);
+        let (revision, oldest) = self.attempt_n(name, lease, value, 1)?;
+        Ok(match oldest.into_iter().next() {
+            Some(kv) if kv.key == key => Attempt::Acquired { revision },
+            owner => Attempt::Queued { revision, owner },
+        })
+    }
+
+    /// [`Client::attempt`] for `--slots N`: returns our key's creation
+    /// revision and the `limit` oldest keys under the prefix, oldest first,
+    /// with their values (the holders, when `limit` is N).
+    pub fn attempt_n(
+        &self,
+        name: &str,
+        lease: i64,
+        value: &[u8],
+        limit: u16,
+    ) -> Result<(i64, Vec<Kv>), EtcdError> {
         let key = key_for(name, lease);
         let prefix = format!("{name}/");
         let value = value.to_vec();
@@ -271,11 +323,11 @@ impl Client {
                             value.clone(),
                             Some(ec::PutOptions::new().with_lease(lease)),
                         ),
-                        ec::TxnOp::get(prefix.clone(), Some(oldest())),
+                        ec::TxnOp::get(prefix.clone(), Some(oldest_n(limit))),
                     ])
                     .or_else([
                         ec::TxnOp::get(k.clone(), None),
-                        ec::TxnOp::get(prefix.clone(), Some(oldest())),
+                        ec::TxnOp::get(prefix.clone(), Some(oldest_n(limit))),
                     ]);
                 async move { c.txn(txn).await }
             },
@@ -297,17 +349,22 @@ impl Client {
                 .map(|kv| kv.create_revision)
         }
         .ok_or_else(|| malformed("a lock transaction without our key's revision"))?;
-        let owner = ranges.get(1).and_then(|r| r.first()).cloned();
-        Ok(match owner {
-            Some(kv) if kv.key == key => Attempt::Acquired { revision },
-            owner => Attempt::Queued { revision, owner },
-        })
+        let oldest = ranges.into_iter().nth(1).unwrap_or_default();
+        Ok((revision, oldest))
     }
 
     /// Waits until our key (created by [`Client::attempt`]) is the oldest
     /// under the lock's prefix; returns it. Fails if our key is gone (or
     /// replaced) when a round looks: the lock is never reported ours
-    /// without our key, as created, in the same read that finds it oldest.
+    /// without our key, as created, in the same read that finds it oldest,
+    /// or in the same watch that sees the last older key go.
+    ///
+    /// A handoff costs the releasing holder's one write and its watch
+    /// event, nothing more: when the key ahead is the last one older than
+    /// ours, the watch covers our key too, so its deletion needs no read to
+    /// confirm; with more keys ahead, the read after a deletion is served
+    /// by the member that reported it, from its own state (serializable),
+    /// which is already as new as the deletion.
     ///
     /// Not etcd's lock service: that one watches the key ahead from the
     /// revision it read it at, which etcd serves from its "unsynced"
@@ -324,15 +381,147 @@ impl Client {
         let ours = key_for(name, lease);
         self.block_on(async {
             let mut revision = None;
+            let mut seen_at = None;
             loop {
-                match self.inner.wait_round(name, &ours, &mut revision).await {
-                    Ok(true) => return Ok(ours),
-                    Ok(false) => {}
+                match self
+                    .inner
+                    .wait_round(name, &ours, &mut revision, seen_at)
+                    .await
+                {
+                    Ok(Round::Ours) => return Ok(ours),
+                    Ok(Round::Changed { at }) => seen_at = Some(at),
+                    Ok(Round::Again) => seen_at = None,
                     Err(Failed::Final(message)) => return Err(error(message)),
-                    Err(Failed::Member(_)) => tokio::time::sleep(RETRY).await,
+                    Err(Failed::Member(_)) => {
+                        seen_at = None;
+                        tokio::time::sleep(RETRY).await;
+                    }
                 }
             }
         })
+    }
+
+    /// [`Client::wait_lock`] for `--slots N`: waits until our key is among
+    /// the `n` oldest under the prefix (see `Inner::wait_slot_round`).
+    pub fn wait_slot(&self, name: &str, lease: i64, n: u16) -> Result<String, EtcdError> {
+        let ours = key_for(name, lease);
+        self.block_on(async {
+            let mut revision = None;
+            let mut seen_at = None;
+            loop {
+                match self
+                    .inner
+                    .wait_slot_round(name, &ours, n, &mut revision, seen_at)
+                    .await
+                {
+                    Ok(Round::Ours) => return Ok(ours),
+                    Ok(Round::Changed { at }) => seen_at = Some(at),
+                    Ok(Round::Again) => seen_at = None,
+                    Err(Failed::Final(message)) => return Err(error(message)),
+                    Err(Failed::Member(_)) => {
+                        seen_at = None;
+                        tokio::time::sleep(RETRY).await;
+                    }
+                }
+            }
+        })
+    }
+
+    /// The `n` oldest keys under the lock's prefix (the holders with
+    /// `--slots N`), oldest first, and how many keys there are in all.
+    pub fn oldest_n(&self, name: &str, n: u16) -> Result<(Vec<Kv>, usize), EtcdError> {
+        let prefix = format!("{name}/");
+        let answer = self.block_on(self.inner.call(
+            "range",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| {
+                let prefix = prefix.clone();
+                async move { c.get(prefix, Some(oldest_n(n))).await }
+            },
+        ))?;
+        let count = usize::try_from(answer.count()).unwrap_or(0);
+        Ok((answer.kvs().iter().map(Kv::from).collect(), count))
+    }
+
+    /// Every key that starts with `prefix` (no `/` added), up to `limit`.
+    pub fn keys_starting(&self, prefix: &str, limit: i64) -> Result<Vec<Kv>, EtcdError> {
+        let prefix = prefix.to_owned();
+        let answer = self.block_on(self.inner.call(
+            "range",
+            Instant::now() + CALL_TIMEOUT,
+            move |mut c| {
+                let prefix = prefix.clone();
+                async move {
+                    c.get(
+                        prefix,
+                        Some(ec::GetOptions::new().with_prefix().with_limit(limit)),
+                    )
+                    .await
+                }
+            },
+        ))?;
+        Ok(answer.kvs().iter().map(Kv::from).collect())
+    }
+
+    /// Takes a slot number for our key (`key`, created at `revision`, now
+    /// among the `n` oldest): the lowest that no other holder's value
+    /// names (`slot_of`), written into our value (`value_for`) by a
+    /// transaction that succeeds only if no other holder's key changed
+    /// since it was read. Two holders choosing at once cannot both win,
+    /// so the numbers of current holders are unique. `Ok(None)`: our key
+    /// is no longer among the holders (it is gone).
+    pub fn claim_slot(
+        &self,
+        name: &str,
+        (key, revision, lease): (&str, i64, i64),
+        n: u16,
+        slot_of: &dyn Fn(&[u8]) -> Option<u16>,
+        value_for: &dyn Fn(u16) -> Vec<u8>,
+        deadline: Instant,
+    ) -> Result<Option<u16>, EtcdError> {
+        loop {
+            let (holders, _) = self.oldest_n(name, n)?;
+            if !holders
+                .iter()
+                .any(|kv| kv.key == key && kv.create_revision == revision)
+            {
+                return Ok(None);
+            }
+            let others: Vec<&Kv> = holders.iter().filter(|kv| kv.key != key).collect();
+            let taken: Vec<u16> = others.iter().filter_map(|kv| slot_of(&kv.value)).collect();
+            let Some(slot) = (1..=n).find(|k| !taken.contains(k)) else {
+                return Err(error(format!(
+                    "every slot number of {name} is taken by the other holders"
+                )));
+            };
+            let mut compares = vec![ec::Compare::create_revision(
+                key,
+                ec::CompareOp::Equal,
+                revision,
+            )];
+            compares.extend(others.iter().map(|kv| {
+                ec::Compare::mod_revision(kv.key.as_str(), ec::CompareOp::Equal, kv.mod_revision)
+            }));
+            let put = ec::TxnOp::put(
+                key,
+                value_for(slot),
+                Some(ec::PutOptions::new().with_lease(lease)),
+            );
+            let answer = self.block_on(self.inner.call("slot claim", deadline, move |mut c| {
+                let txn = ec::Txn::new()
+                    .when(compares.clone())
+                    .and_then([put.clone()]);
+                async move { c.txn(txn).await }
+            }))?;
+            if answer.succeeded() {
+                return Ok(Some(slot));
+            }
+            if Instant::now() >= deadline {
+                return Err(error(format!(
+                    "could not claim a slot number of {name} before the deadline"
+                )));
+            }
+        }
     }
 
     /// The oldest key under the lock's prefix (the holder) and how many
@@ -521,19 +710,20 @@ impl Inner {
         )))
     }
 
-    /// One round of the wait. A single transaction reads the newest key
-    /// older than ours, only if our key still exists as we created it
-    /// (same creation revision): none older means the lock is ours
-    /// (`Ok(true)`); our key gone or replaced is a final failure, since a
-    /// key deleted from the queue (`etcdctl del`, a lease lost) is no
-    /// longer in line and the lock may already be someone else's. Else
-    /// watch the key ahead until it is deleted (`Ok(false)`: look again).
+    /// One round of the wait. A single transaction reads the two newest
+    /// keys older than ours, only if our key still exists as we created it
+    /// (same creation revision): none older means the lock is ours; our
+    /// key gone or replaced is a final failure, since a key deleted from
+    /// the queue (`etcdctl del`, a lease lost) is no longer in line and the
+    /// lock may already be someone else's. Else watch the key ahead until
+    /// it is deleted (look again; or, when it was the only one, ours).
     async fn wait_round(
         &self,
         name: &str,
         ours: &str,
         revision: &mut Option<i64>,
-    ) -> Result<bool, Failed> {
+        seen_at: Option<usize>,
+    ) -> Result<Round, Failed> {
         let deadline = Instant::now() + CALL_TIMEOUT;
         let gone = || {
             Failed::Final(format!(
@@ -560,50 +750,257 @@ impl Inner {
         };
         let prefix = format!("{name}/");
         let key = ours.to_owned();
+        let txn = move |mut c: ec::Client| {
+            let mut options = ec::GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_max_create_revision(mine - 1)
+                .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
+                .with_limit(2);
+            if seen_at.is_some() {
+                options = options.with_serializable();
+            }
+            let txn = ec::Txn::new()
+                .when([ec::Compare::create_revision(
+                    key.clone(),
+                    ec::CompareOp::Equal,
+                    mine,
+                )])
+                .and_then([ec::TxnOp::get(prefix.clone(), Some(options))]);
+            async move { c.txn(txn).await }
+        };
         let answer = self
-            .call("lock wait transaction", deadline, move |mut c| {
-                let txn = ec::Txn::new()
-                    .when([ec::Compare::create_revision(
-                        key.clone(),
-                        ec::CompareOp::Equal,
-                        mine,
-                    )])
-                    .and_then([ec::TxnOp::get(
-                        prefix.clone(),
-                        Some(
-                            ec::GetOptions::new()
-                                .with_prefix()
-                                .with_max_create_revision(mine - 1)
-                                .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
-                                .with_limit(1),
-                        ),
-                    )]);
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(|e| Failed::Member(e.message))?;
+            .read("lock wait transaction", seen_at, deadline, txn)
+            .await?;
         if !answer.succeeded() {
             return Err(gone());
         }
-        let ahead = answer.op_responses().into_iter().find_map(|r| match r {
-            ec::TxnOpResponse::Get(get) => Some(get.kvs().first().map(|kv| kv.key().to_vec())),
+        let Some(ahead) = answer.op_responses().into_iter().find_map(|r| match r {
+            ec::TxnOpResponse::Get(get) => Some(
+                get.kvs()
+                    .iter()
+                    .map(|kv| kv.key().to_vec())
+                    .collect::<Vec<_>>(),
+            ),
             _ => None,
-        });
-        let key = match ahead {
-            None => {
-                return Err(Failed::Final(
-                    "unexpected answer from etcd: a lock wait transaction without its range".into(),
-                ));
-            }
-            Some(None) => return Ok(true),
-            Some(Some(key)) => key,
+        }) else {
+            return Err(Failed::Final(
+                "unexpected answer from etcd: a lock wait transaction without its range".into(),
+            ));
+        };
+        let Some(key) = ahead.first().cloned() else {
+            return Ok(Round::Ours);
         };
         let read_at = answer.header().map_or(0, |h| h.revision());
+        let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
+        if ahead.len() > 1 {
+            // Keys further ahead: its deletion moves us up one place.
+            return self.watch_for(key, from, deletes).await;
+        }
+        // The key ahead is the only one older than ours, and no key created
+        // later can be older: its deletion makes ours the oldest, unless
+        // ours went first. One watch over the range holding both keys sees
+        // every change to either, in revision order, so the lock is ours
+        // the moment the deletion arrives, without reading again.
+        let ours = ours.as_bytes().to_vec();
+        let (low, high) = if key < ours {
+            (key.clone(), ours.clone())
+        } else {
+            (ours.clone(), key.clone())
+        };
+        let mut end = high;
+        end.push(0);
+        self.watch_for(low, from.with_range(end), |events| {
+            let deleted = |k: &[u8]| {
+                events.iter().any(|e| {
+                    e.event_type() == ec::EventType::Delete
+                        && e.kv().is_some_and(|kv| kv.key() == k)
+                })
+            };
+            if deleted(&ours) {
+                Verdict::Again
+            } else if deleted(&key) {
+                Verdict::Ours
+            } else {
+                Verdict::Wait
+            }
+        })
+        .await
+    }
+
+    /// One round of the wait for one of `n` slots. The `n` oldest keys hold
+    /// the lock; a single transaction reads, if our key still exists as we
+    /// created it, up to `n + 1` keys older than ours, newest first. Fewer
+    /// than `n`: a slot is ours. Exactly `n`: we are first in line, and the
+    /// deletion of any of those holders admits us, so we watch deletions
+    /// under the prefix (only the first in line does: the others sleep).
+    /// More: we watch only the key just ahead of ours, for
+    /// any change: it is deleted, or it gets a slot and writes its slot
+    /// number into its value, and then we are first in line. Either way a
+    /// release wakes one waiter, not the crowd.
+    async fn wait_slot_round(
+        &self,
+        name: &str,
+        ours: &str,
+        n: u16,
+        revision: &mut Option<i64>,
+        seen_at: Option<usize>,
+    ) -> Result<Round, Failed> {
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        let gone = || {
+            Failed::Final(format!(
+                "our lock key {ours} is gone from etcd (its lease expired or it was deleted) while it waited"
+            ))
+        };
+        let mine = match *revision {
+            Some(r) => r,
+            None => {
+                let kv = self.get_member(ours, deadline).await?.ok_or_else(gone)?;
+                *revision = Some(kv.create_revision);
+                kv.create_revision
+            }
+        };
+        let prefix = format!("{name}/");
+        let key = ours.to_owned();
+        let txn = move |mut c: ec::Client| {
+            let mut options = ec::GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_max_create_revision(mine - 1)
+                .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
+                .with_limit(i64::from(n) + 1);
+            if seen_at.is_some() {
+                options = options.with_serializable();
+            }
+            let txn = ec::Txn::new()
+                .when([ec::Compare::create_revision(
+                    key.clone(),
+                    ec::CompareOp::Equal,
+                    mine,
+                )])
+                .and_then([ec::TxnOp::get(prefix.clone(), Some(options))]);
+            async move { c.txn(txn).await }
+        };
+        let answer = self
+            .read("slot wait transaction", seen_at, deadline, txn)
+            .await?;
+        if !answer.succeeded() {
+            return Err(gone());
+        }
+        let Some(ahead) = answer.op_responses().into_iter().find_map(|r| match r {
+            ec::TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+            _ => None,
+        }) else {
+            return Err(Failed::Final(
+                "unexpected answer from etcd: a slot wait transaction without its range".into(),
+            ));
+        };
+        if ahead.len() < usize::from(n) {
+            return Ok(Round::Ours);
+        }
+        let read_at = answer.header().map_or(0, |h| h.revision());
+        let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
+        if ahead.len() > usize::from(n) {
+            return self
+                .watch_for(ahead[0].key().to_vec(), from, |events: &[ec::Event]| {
+                    if events.is_empty() {
+                        Verdict::Wait
+                    } else {
+                        Verdict::Look
+                    }
+                })
+                .await;
+        }
+        // First in line: the n keys ahead are all the keys older than ours,
+        // and none created later is older. The first of them deleted makes
+        // ours one of the n oldest, unless ours went first: the lock is
+        // ours as soon as that deletion arrives. Deletions of newer keys
+        // (waiters leaving) change nothing.
+        let older: Vec<Vec<u8>> = ahead.iter().map(|kv| kv.key().to_vec()).collect();
+        let ours = ours.as_bytes().to_vec();
+        let options = from
+            .with_prefix()
+            .with_filters([ec::WatchFilterType::NoPut]);
+        self.watch_for(format!("{name}/").into_bytes(), options, |events| {
+            let deleted = |k: &[u8]| {
+                events.iter().any(|e| {
+                    e.event_type() == ec::EventType::Delete
+                        && e.kv().is_some_and(|kv| kv.key() == k)
+                })
+            };
+            if deleted(&ours) {
+                Verdict::Again
+            } else if older.iter().any(|k| deleted(k)) {
+                Verdict::Ours
+            } else {
+                Verdict::Wait
+            }
+        })
+        .await
+    }
+
+    /// A wait round's read: after a change seen on member `seen_at`, on
+    /// that member alone (the caller made it serializable); else as any
+    /// call, on whichever member answers.
+    async fn read<T, F, Fut>(
+        &self,
+        what: &str,
+        seen_at: Option<usize>,
+        deadline: Instant,
+        op: F,
+    ) -> Result<T, Failed>
+    where
+        F: Fn(ec::Client) -> Fut,
+        Fut: Future<Output = Result<T, ec::Error>>,
+    {
+        let Some(at) = seen_at else {
+            return self
+                .call(what, deadline, op)
+                .await
+                .map_err(|e| Failed::Member(e.message));
+        };
+        let endpoint = &self.members[at].endpoint;
+        let attempt = async {
+            let client = self.member(at).await?;
+            op(client).await.map_err(|e| self.failure(endpoint, &e))
+        };
+        let share = deadline
+            .saturating_duration_since(Instant::now())
+            .min(ATTEMPT_TIMEOUT);
+        tokio::time::timeout(share, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Failed::Member(format!(
+                    "{endpoint}: no answer to the {what}"
+                )))
+            })
+    }
+
+    async fn get_member(&self, key: &str, deadline: Instant) -> Result<Option<Kv>, Failed> {
+        let key = key.to_owned();
+        let answer = self
+            .call("range", deadline, move |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await
+            .map_err(|e| Failed::Member(e.message))?;
+        Ok(answer.kvs().first().map(Kv::from))
+    }
+
+    /// Watches `key` (with `options`) on the member that answered the last
+    /// read, until `verdict` finds in a batch of events that our place in
+    /// line changed.
+    async fn watch_for(
+        &self,
+        key: Vec<u8>,
+        options: ec::WatchOptions,
+        verdict: impl Fn(&[ec::Event]) -> Verdict,
+    ) -> Result<Round, Failed> {
         // The member that answered the read: watch there.
         let at = self.preferred.load(Ordering::Relaxed);
         let endpoint = &self.members[at].endpoint;
         let mut client = self.member(at).await?;
-        let options = ec::WatchOptions::new().with_start_revision(read_at + 1);
         let mut stream = tokio::time::timeout(ATTEMPT_TIMEOUT, client.watch(key, Some(options)))
             .await
             .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))?
@@ -620,17 +1017,13 @@ impl Inner {
                     if answer.canceled() {
                         // Compacted past our start, or the member is going
                         // away: read again.
-                        return Ok(false);
+                        return Ok(Round::Again);
                     }
-                    if answer
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == ec::EventType::Delete)
-                    {
-                        // Even when it was the last key ahead, the next
-                        // round's transaction decides: our own key may be
-                        // gone by now.
-                        return Ok(false);
+                    match verdict(answer.events()) {
+                        Verdict::Wait => {}
+                        Verdict::Ours => return Ok(Round::Ours),
+                        Verdict::Look => return Ok(Round::Changed { at }),
+                        Verdict::Again => return Ok(Round::Again),
                     }
                 }
                 Ok(Ok(None)) => {
@@ -785,12 +1178,29 @@ impl Inner {
     }
 }
 
+/// Any deletion: look again.
+fn deletes(events: &[ec::Event]) -> Verdict {
+    if events
+        .iter()
+        .any(|e| e.event_type() == ec::EventType::Delete)
+    {
+        Verdict::Look
+    } else {
+        Verdict::Wait
+    }
+}
+
 /// The range options for the oldest key under a prefix.
 fn oldest() -> ec::GetOptions {
+    oldest_n(1)
+}
+
+/// The `n` oldest keys under a prefix, oldest first.
+fn oldest_n(n: u16) -> ec::GetOptions {
     ec::GetOptions::new()
         .with_prefix()
         .with_sort(ec::SortTarget::Create, ec::SortOrder::Ascend)
-        .with_limit(1)
+        .with_limit(i64::from(n))
 }
 
 /// An error with its causes, each once: TLS failures are three or four

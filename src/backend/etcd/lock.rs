@@ -7,10 +7,15 @@
 //! command gets SIGTERM if lockrun itself dies); the record is the key's
 //! value, stored once the command runs; and losing the lock while the
 //! command runs stops the command and ends lockrun with 76.
+//!
+//! With `--slots N` the same queue serves N holders at once: the N oldest
+//! keys hold the lock (see [`super::slots`] for what their values carry,
+//! and `client::Inner::wait_slot_round` for how a waiter waits).
 
 use super::RunOptions;
 use super::client::{Attempt, Client, EtcdError, Kv, key_for};
 use super::session::Session;
+use super::slots;
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
 use crate::display;
@@ -29,8 +34,17 @@ pub struct EtcdBackend {
     lease: i64,
     ttl: Duration,
     name: String,
-    /// Our key's value while it waits: the record without a pid.
+    /// Our key's value while it waits: the record without a pid (with
+    /// `slots`, and N: see [`super::slots`]).
     value: Vec<u8>,
+    /// The record part of it, without N.
+    waiting_record: Vec<u8>,
+    /// `--slots N`.
+    slots: Option<u16>,
+    /// The other holders as the last look saw them (with `--slots`).
+    holders: Vec<Kv>,
+    /// The exit status of the last failure: 64 for a disagreeing N.
+    status: u8,
     /// Our key's creation revision once it exists (the fencing token).
     revision: Option<i64>,
     /// The holder as the last attempt saw it.
@@ -54,7 +68,11 @@ impl EtcdBackend {
         let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);
         // The waiting key carries who waits, so `holder` can name a
         // contender even before it runs its command.
-        let value = opts.waiting_record();
+        let waiting_record = opts.waiting_record();
+        let value = match opts.slots {
+            Some(n) => slots::with_slot(&waiting_record, n, None),
+            None => waiting_record.clone(),
+        };
         Ok(EtcdBackend {
             client,
             session,
@@ -62,6 +80,10 @@ impl EtcdBackend {
             ttl,
             name: opts.url.name.clone(),
             value,
+            waiting_record,
+            slots: opts.slots,
+            holders: Vec::new(),
+            status: exit_codes::UNAVAILABLE,
             revision: None,
             owner: None,
             verbose: opts.verbose,
@@ -75,10 +97,94 @@ impl EtcdBackend {
             format!("cannot take {}: {e} (the command was not run)", self.label),
         )
     }
+
+    /// Every contender must give the same N (no `--slots` is one slot): a
+    /// key that says otherwise refuses us with a usage error naming both
+    /// numbers and whose key set the other one.
+    fn agree(&mut self, keys: &[Kv]) -> Result<(), Failure> {
+        let ours = key_for(&self.name, self.lease);
+        let n = self.slots.unwrap_or(1);
+        let Some((kv, theirs)) = keys
+            .iter()
+            .filter(|kv| kv.key != ours)
+            .find_map(|kv| Some((kv, slots::declared_n(&kv.value)?)))
+            .filter(|(_, theirs)| *theirs != n)
+        else {
+            return Ok(());
+        };
+        let who = match Record::parse(&kv.value) {
+            Some(record) => {
+                let mut who = format!(
+                    "lockrun pid {} `{}`",
+                    record.lockrun_pid.unwrap_or(0),
+                    display::record_command(&record)
+                );
+                if let Some(host) = &record.host {
+                    who.push_str(&format!(" on {}", display::escape(host)));
+                }
+                if let Some(at) = record.acquired_at.as_deref().and_then(display::parse_time) {
+                    who.push_str(&format!(" at {}", display::date_time(at)));
+                }
+                format!("{who}, key {}", display::escape(&kv.key))
+            }
+            None => format!("key {}", display::escape(&kv.key)),
+        };
+        let theirs = if slots::has_slots(&kv.value) {
+            format!("with --slots {theirs}")
+        } else {
+            "without --slots".to_owned()
+        };
+        let ours = match self.slots {
+            Some(n) => format!("not --slots {n}"),
+            None => "but this lockrun has no --slots".to_owned(),
+        };
+        self.status = exit_codes::USAGE;
+        Err(Failure::new(
+            exit_codes::USAGE,
+            format!(
+                "{} is used {theirs} (set by {who}), {ours}: every contender must give the same number",
+                self.label
+            ),
+        ))
+    }
+
+    fn slot_holders_text(&self) -> String {
+        let ours = key_for(&self.name, self.lease);
+        let each: Vec<String> = self
+            .holders
+            .iter()
+            .filter(|kv| kv.key != ours)
+            .map(|kv| match slots::slot_of(&kv.value) {
+                Some(k) => format!("slot {k}: {}", holder_text(Some(kv))),
+                None => holder_text(Some(kv)),
+            })
+            .collect();
+        let n = self.slots.unwrap_or(1);
+        if each.is_empty() {
+            format!(
+                "{n} commands, one per slot (`lockrun holder {}` names them)",
+                self.label
+            )
+        } else {
+            format!("{n} commands, one per slot ({})", each.join("; "))
+        }
+    }
 }
 
 impl Contender for EtcdBackend {
     fn try_acquire(&mut self) -> Result<bool, Failure> {
+        if let Some(n) = self.slots {
+            let (revision, oldest) = self
+                .client
+                .attempt_n(&self.name, self.lease, &self.value, n)
+                .map_err(|e| self.failure(&e))?;
+            self.revision = Some(revision);
+            self.agree(&oldest)?;
+            let ours = key_for(&self.name, self.lease);
+            let admitted = oldest.iter().any(|kv| kv.key == ours);
+            self.holders = oldest;
+            return Ok(admitted);
+        }
         match self.client.attempt(&self.name, self.lease, &self.value) {
             Err(e) => Err(self.failure(&e)),
             Ok(Attempt::Acquired { revision }) => {
@@ -87,6 +193,9 @@ impl Contender for EtcdBackend {
             }
             Ok(Attempt::Queued { revision, owner }) => {
                 self.revision = Some(revision);
+                if let Some(owner) = &owner {
+                    self.agree(std::slice::from_ref(owner))?;
+                }
                 self.owner = owner;
                 Ok(false)
             }
@@ -101,6 +210,7 @@ impl Contender for EtcdBackend {
         let name = self.name.clone();
         let lease = self.lease;
         let ours = key_for(&name, lease);
+        let slots = self.slots;
         Ok(Box::new(move || {
             let unavailable = |message: String| {
                 Failure::new(
@@ -108,7 +218,11 @@ impl Contender for EtcdBackend {
                     format!("cannot take the lock {name}: {message} (the command was not run)"),
                 )
             };
-            match client.wait_lock(&name, lease) {
+            let waited = match slots {
+                Some(n) => client.wait_slot(&name, lease, n),
+                None => client.wait_lock(&name, lease),
+            };
+            match waited {
                 Ok(key) if key == ours => Ok(()),
                 Ok(key) => Err(unavailable(format!(
                     "etcd granted the lock to key {key}, not ours ({ours})"
@@ -129,6 +243,12 @@ impl Contender for EtcdBackend {
     }
 
     fn holder(&mut self) -> Option<String> {
+        if let Some(n) = self.slots {
+            if let Ok((holders, _)) = self.client.oldest_n(&self.name, n) {
+                self.holders = holders;
+            }
+            return Some(self.slot_holders_text());
+        }
         if let Ok((owner, _)) = self.client.owner(&self.name) {
             self.owner = owner;
         }
@@ -145,7 +265,7 @@ impl Backend for EtcdBackend {
     const CAPS: Capabilities = super::CAPS;
 
     fn failure_status(&self) -> u8 {
-        exit_codes::UNAVAILABLE
+        self.status
     }
 
     fn give_up(self) {
@@ -165,11 +285,24 @@ impl Backend for EtcdBackend {
             return Err(failure);
         };
         let key = key_for(&self.name, self.lease);
+        let slot = match self.slots {
+            Some(n) => match self.claim(&key, revision, n) {
+                Ok(slot) => Some((n, slot)),
+                Err(failure) => {
+                    self.give_up();
+                    return Err(failure);
+                }
+            },
+            None => None,
+        };
         self.session.held(key.clone(), revision);
         if verbose || self.verbose {
+            let what = match slot {
+                Some((n, k)) => format!("slot {k} of {n} on {}", self.name),
+                None => format!("the lock {}", self.name),
+            };
             eprintln!(
-                "lockrun: took the lock {} (fencing token {revision}, lease {:x}, TTL {}s)",
-                self.name,
+                "lockrun: took {what} (fencing token {revision}, lease {:x}, TTL {}s)",
                 self.lease,
                 self.ttl.as_secs()
             );
@@ -182,8 +315,34 @@ impl Backend for EtcdBackend {
             name: self.name,
             key,
             revision,
+            slot,
             last: None,
         })
+    }
+}
+
+impl EtcdBackend {
+    /// Our slot number, written into our key before the command starts
+    /// (its `LOCKRUN_SLOT`); that write is also what wakes the waiter
+    /// behind us, which then becomes first in line.
+    fn claim(&self, key: &str, revision: i64, n: u16) -> Result<u16, Failure> {
+        let value_for = |k| slots::with_slot(&self.waiting_record, n, Some(k));
+        match self.client.claim_slot(
+            &self.name,
+            (key, revision, self.lease),
+            n,
+            &slots::slot_of,
+            &value_for,
+            Instant::now() + super::client::CALL_TIMEOUT,
+        ) {
+            Ok(Some(k)) => Ok(k),
+            Ok(None) => Err(self.failure(&EtcdError {
+                message: format!(
+                    "our key {key} left the {n} oldest (deleted, or its lease expired) before it took a slot"
+                ),
+            })),
+            Err(e) => Err(self.failure(&e)),
+        }
     }
 }
 
@@ -195,16 +354,31 @@ pub struct EtcdHeld {
     name: String,
     key: String,
     revision: i64,
-    /// The record to leave under NAME at the release.
+    /// `--slots`: N and our slot.
+    slot: Option<(u16, u16)>,
+    /// The record to leave under NAME (`NAME.slotK`) at the release.
     last: Option<Vec<u8>>,
+}
+
+impl EtcdHeld {
+    fn value(&self, record: &Record) -> Vec<u8> {
+        match self.slot {
+            Some((n, k)) => slots::with_slot(&record.to_line(), n, Some(k)),
+            None => record.to_line(),
+        }
+    }
 }
 
 impl Held for EtcdHeld {
     fn env(&self) -> Vec<(&'static str, OsString)> {
-        vec![(
+        let mut env = vec![(
             "LOCKRUN_FENCING_TOKEN",
             OsString::from(self.revision.to_string()),
-        )]
+        )];
+        if let Some((_, k)) = self.slot {
+            env.push(("LOCKRUN_SLOT", OsString::from(k.to_string())));
+        }
+        env
     }
 
     fn dies_with_lockrun(&self) -> bool {
@@ -216,13 +390,16 @@ impl Held for EtcdHeld {
             // The last holder's record outlives the lease under NAME itself,
             // so a free lock still tells who ran last and how it ended; it
             // goes with the release, in one call.
-            self.last = Some(record.to_line());
+            self.last = Some(self.value(record));
         } else {
             // A failure here means the key is gone: the session notices and
             // stops the command.
-            let _ =
-                self.client
-                    .update_if_ours(&self.key, self.revision, &record.to_line(), self.lease);
+            let _ = self.client.update_if_ours(
+                &self.key,
+                self.revision,
+                &self.value(record),
+                self.lease,
+            );
         }
         Ok(())
     }
@@ -237,13 +414,20 @@ impl Held for EtcdHeld {
 
     fn release(self) -> Result<(), String> {
         let lost = self.session.finish();
+        let last_key = match self.slot {
+            Some((_, k)) => slots::last_key(&self.name, k),
+            None => self.name.clone(),
+        };
         let last = match (&lost, &self.last) {
-            (None, Some(line)) => Some((self.name.as_str(), line.as_slice())),
+            (None, Some(line)) => Some((last_key.as_str(), line.as_slice())),
             _ => None,
         };
-        let revoked = self
-            .client
-            .release(self.lease, last, Instant::now() + CLEANUP_TIMEOUT);
+        let revoked = self.client.release(
+            self.lease,
+            &self.key,
+            last,
+            Instant::now() + CLEANUP_TIMEOUT,
+        );
         if let Some(reason) = lost {
             return Err(reason);
         }

@@ -18,6 +18,8 @@ pub mod client;
 pub mod lock;
 #[cfg(feature = "etcd")]
 pub mod session;
+#[cfg(feature = "etcd")]
+pub mod slots;
 
 use crate::exit_codes::Failure;
 use std::fmt;
@@ -31,7 +33,7 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     poll: false,
     lease: true,
     byte_ranges: false,
-    slots: false,
+    slots: true,
     stays_to: "keep the lease alive",
     woken_by: "etcd itself",
 };
