@@ -73,11 +73,13 @@ pub fn holds_sql(key: i64) -> String {
 }
 
 impl Session {
-    /// Starts watching `client`, whose session holds the lock on `key`.
+    /// Starts watching `client`, whose session holds the lock on `key`;
+    /// `release` is the statement that lets go of it.
     pub fn start(
         client: Client,
         key: i64,
         comment: String,
+        release: String,
         ttl: Duration,
         grace: Duration,
     ) -> Session {
@@ -98,7 +100,7 @@ impl Session {
         }));
         let pinger = std::thread::Builder::new()
             .name("pg-ping".into())
-            .spawn(move || ping(shared, client, key, ttl));
+            .spawn(move || ping(shared, client, key, release, ttl));
         let watcher = std::thread::Builder::new()
             .name("pg-watch".into())
             .spawn(move || watch(shared, grace))
@@ -152,7 +154,9 @@ impl Session {
     }
 }
 
-fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
+/// `release` lets go of the lock (an unlock, and for a slot a
+/// notification for the head of the queue).
+fn ping(shared: &'static Shared, mut client: Client, key: i64, release: String, ttl: Duration) {
     let interval = (ttl / 3).max(Duration::from_millis(100));
     let holds = holds_sql(key);
     let mut next = Instant::now() + interval;
@@ -200,7 +204,7 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
     // could still find the lock held. Unlocking first makes the release
     // happen before lockrun exits.
     if shared.lock().lost.is_none() {
-        let _ = client.simple_query(&format!("SELECT pg_advisory_unlock({key})"));
+        let _ = client.simple_query(&release);
     }
     // Released: lockrun need not wait for the server to finish closing
     // the session (milliseconds), nor for a connection that hangs.
