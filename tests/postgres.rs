@@ -1344,7 +1344,7 @@ fn a_release_wakes_the_head_at_once_and_the_queue_moves_up() {
     assert!(first.wait_exit(BOUND).success());
     let mut waiters = waiters.into_iter();
     let mut head = waiters.next().expect("head");
-    assert_eq!(head.expect_ready(), [slot.clone()]);
+    assert_eq!(head.expect_ready(), [slot]);
     // The second becomes the head and takes the next slot freed.
     wait_for("the second waiter to head the queue", || {
         pg.holders("handoff-slots") == 1 && pg.waiters("handoff-slots") == 0
