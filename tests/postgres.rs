@@ -1430,3 +1430,168 @@ fn holder_and_check_show_every_slot() {
     lockrun().args(["check", "-q", &url]).assert().code(1);
     assert_eq!(holder_json(&url)["state"], "free");
 }
+
+// ------------------------------------------------------------- PgBouncer
+
+/// A PgBouncer in front of `pg` on a free loopback port, run as nobody
+/// (it refuses root): database `postgres` in session pooling, `txpool` the
+/// same database in transaction pooling with one server connection (so
+/// that its clients share it, as a busy pool's do). Stopped when dropped.
+struct Bouncer {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Bouncer {
+    fn start(pg: &Server) -> Option<Bouncer> {
+        if !needs(
+            "pgbouncer",
+            "to test PostgreSQL lock URLs through a pooler (Debian: apt-get install pgbouncer)",
+        ) {
+            return None;
+        }
+        let dir = temp_dir();
+        chown_nobody(dir.path());
+        for _attempt in 0..5 {
+            let port = free_port();
+            let ini = dir.path().join("pgbouncer.ini");
+            std::fs::write(
+                &ini,
+                format!(
+                    "[databases]\n\
+                     postgres = host=127.0.0.1 port={pg} dbname=postgres user=postgres pool_mode=session\n\
+                     txpool = host=127.0.0.1 port={pg} dbname=postgres user=postgres pool_mode=transaction pool_size=1\n\
+                     [pgbouncer]\n\
+                     listen_addr = 127.0.0.1\n\
+                     listen_port = {port}\n\
+                     unix_socket_dir =\n\
+                     auth_type = any\n\
+                     max_client_conn = 50\n\
+                     default_pool_size = 10\n\
+                     logfile = {log}\n",
+                    pg = pg.port,
+                    log = dir.path().join("log").display()
+                ),
+            )
+            .expect("write pgbouncer.ini");
+            let mut child = Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "pgbouncer",
+                ])
+                .arg(&ini)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start pgbouncer");
+            let deadline = std::time::Instant::now() + BOUND;
+            loop {
+                let ready = Command::new(bin_dir().expect("bin").join("pg_isready"))
+                    .args([
+                        "-q",
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        &port.to_string(),
+                        "-d",
+                        "postgres",
+                    ])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if ready {
+                    return Some(Bouncer {
+                        port,
+                        child,
+                        _dir: dir,
+                    });
+                }
+                if child.try_wait().ok().flatten().is_some() {
+                    break; // lost the port: try another
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "pgbouncer never became ready"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("pgbouncer did not start");
+    }
+
+    fn url(&self, db: &str, name: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable#{name}",
+            self.port
+        )
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn through_pgbouncer_in_session_pooling_the_lock_works_end_to_end() {
+    let Some(pg) = shared() else { return };
+    let Some(bouncer) = Bouncer::start(pg) else {
+        return;
+    };
+    let url = bouncer.url("postgres", "pooled");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; exec sleep 60");
+    let command: i32 = words[0].parse().expect("pid");
+    assert_eq!(pg.holders("pooled"), 1);
+    // Excluded, through the pooler and directly.
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains(&format!("pid {command}")), "{stderr}");
+    lockrun()
+        .args(["-n", &pg.url("pooled"), "true"])
+        .assert()
+        .code(75);
+    assert_eq!(holder_json(&url)["record"]["pid"], command);
+    // kill -9 of lockrun: the pooler resets the server connection it gave
+    // back (DISCARD ALL), which frees the lock; the command dies too.
+    kill(holder.pid(), "KILL");
+    let _ = holder.wait_exit(BOUND);
+    wait_for("the command to die with lockrun", || process_gone(command));
+    lockrun()
+        .args(["-w", "10", &url, "true"])
+        .assert()
+        .success();
+    assert_eq!(pg.holders("pooled"), 0);
+}
+
+#[test]
+fn through_pgbouncer_in_transaction_pooling_the_lock_is_refused() {
+    let Some(pg) = shared() else { return };
+    let Some(bouncer) = Bouncer::start(pg) else {
+        return;
+    };
+    let url = bouncer.url("txpool", "tx-pooled");
+    for args in [vec![], vec!["-n"], vec!["--slots", "2"]] {
+        let out = lockrun()
+            .args(&args)
+            .args([&url, "sh", "-c", "echo ran"])
+            .output()
+            .expect("run lockrun");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: the command ran");
+        assert!(
+            stderr.contains("connection pooler in transaction or statement mode"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            pg.holders("tx-pooled"),
+            0,
+            "{args:?}: the lock is left held"
+        );
+    }
+}

@@ -25,6 +25,34 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// A setting lockrun gives its server session, unique to the run: a
+/// session that already has one when lockrun connects was handed over from
+/// another client, which only a pooler in transaction or statement mode
+/// does (a session-mode pool resets the session, DISCARD ALL, between
+/// clients; a direct connection is a new session). Such a pooler runs
+/// other clients' statements in the session holding our lock, and their
+/// `pg_try_advisory_lock` succeeds in it: nothing is taken then.
+pub const SESSION_MARK: &str = "lockrun.session";
+
+/// Why a session shared between clients is refused.
+pub const POOLER: &str = "a connection pooler in transaction or statement mode (PgBouncer's pool_mode = transaction) shares server sessions between clients, which breaks session advisory locks: connect directly or through a session-mode pool";
+
+/// Whether another connection through the same pooler lands in our server
+/// session (it sees our mark): a pooler in transaction mode, found even
+/// when lockrun is its only client. Asked only when the server's port is
+/// not the one lockrun dialled (something stands between).
+fn shares_sessions(target: &Target, mark: &str) -> bool {
+    let Ok(mut probe) = target.connect() else {
+        return false;
+    };
+    let seen = probe
+        .simple_query(&format!("SELECT current_setting('{SESSION_MARK}', true)"))
+        .ok()
+        .and_then(|answer| first_value(&answer))
+        .and_then(|row| row.into_iter().next().flatten());
+    seen.as_deref() == Some(mark)
+}
+
 /// pg_locks shows a bigint advisory key as two oids: the high and the low
 /// 32 bits.
 pub fn key_parts(key: i64) -> (u32, u32) {
@@ -76,12 +104,16 @@ pub fn server_keepalive(ttl: Duration) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The connection the waiting thread hands back, with the fencing token
+/// taken with the lock.
+type Returned = (Client, Option<i64>);
+
 pub struct PgBackend {
     target: Target,
     /// Ours while not lent to the waiting thread.
     client: Option<Client>,
     /// Where the waiting thread hands the connection back.
-    returned: Arc<Mutex<Option<Client>>>,
+    returned: Arc<Mutex<Option<Returned>>>,
     cancel: CancelToken,
     /// A second connection for naming the holder while ours waits.
     side: Option<Client>,
@@ -91,6 +123,8 @@ pub struct PgBackend {
     backend_pid: i32,
     /// The answer of the attempt made while connecting, not yet asked for.
     first_try: Option<bool>,
+    /// The fencing token, taken in the statement that took the lock.
+    token: Option<i64>,
     comment: String,
     ttl: Duration,
     kill_grace: Duration,
@@ -136,6 +170,8 @@ struct Take {
     other: Option<(u16, i32)>,
     head: bool,
     slot: Option<(u16, i64)>,
+    /// The fencing token, taken with the slot.
+    token: Option<i64>,
 }
 
 fn take_answer(row: &[Option<String>]) -> Option<Take> {
@@ -150,6 +186,7 @@ fn take_answer(row: &[Option<String>]) -> Option<Take> {
         other,
         head: value(2)? == "t",
         slot,
+        token: value(5).and_then(|t| t.parse().ok()),
     })
 }
 
@@ -240,30 +277,54 @@ impl PgBackend {
         // A plain contender also reads whether --slots contenders use the
         // name; one with --slots says its N first, then looks (another
         // statement of the same round trip).
+        // The fencing token comes with the lock, in the same statement.
         let first = match opts.slots {
-            None => format!("pg_try_advisory_lock(k), {}", slots::announced_sql(&name)),
+            None => format!(
+                "CASE WHEN pg_try_advisory_lock(k) THEN txid_current() END, {}",
+                slots::announced_sql(&name)
+            ),
             Some(n) => format!("{}, NULL", slots::announce_sql(&name, n)),
         };
-        let mut sql = format!("{comment}SELECT k, pg_backend_pid(), {first}");
+        // Our mark on the server session, for finding a pooler that shares
+        // one between clients (see `SESSION_MARK`). Nothing is taken when
+        // the session already has another client's.
+        let mark = format!(
+            "{} {}",
+            application_name(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        );
+        let mut sql = format!(
+            "{comment}SELECT k, pg_backend_pid(), {first}, inet_server_port(), \
+             set_config('{SESSION_MARK}', {}, false)",
+            literal(&mark)
+        );
         for (name, value) in server_keepalive(ttl) {
             sql.push_str(&format!(", set_config('{name}', '{value}', false)"));
         }
         sql.push_str(&format!(
-            " FROM (SELECT hashtextextended({name}, 0) AS k) AS key"
+            " FROM (SELECT hashtextextended({name}, 0) AS k) AS key \
+             WHERE coalesce(current_setting('{SESSION_MARK}', true), '') = ''"
         ));
         let entry = if waits { Entry::Queue } else { Entry::Direct };
         if let Some(n) = opts.slots {
             let queue = format!("hashtextextended({name}, 0)");
             sql.push_str("; ");
             sql.push_str(&comment);
-            sql.push_str(&slots::take_sql(&name, &queue, n, entry, true));
+            sql.push_str(&slots::take_sql(&name, &queue, n, entry, Some(&mark)));
         }
         let answer = client
             .simple_query(&sql)
             .map_err(|e| unavailable(label, &connect::explain(&e)))?;
         let rows = all_rows(&answer);
+        if rows.is_empty() {
+            return Err(unavailable(label, POOLER));
+        }
         let row = rows.first().cloned().unwrap_or_default();
         let value = |i: usize| row.get(i).cloned().flatten();
+        let server_port = value(4).and_then(|v| v.parse::<u16>().ok());
         let (Some(key), Some(backend_pid)) = (
             value(0).and_then(|v| v.parse::<i64>().ok()),
             value(1).and_then(|v| v.parse::<i32>().ok()),
@@ -279,7 +340,7 @@ impl PgBackend {
                 "the server's answer to the first attempt is malformed",
             )
         };
-        let (first_try, slot_state) = match opts.slots {
+        let (token, slot_state) = match opts.slots {
             None => {
                 if let Some(theirs) = value(3).and_then(|v| v.parse::<u16>().ok()) {
                     return Err(disagree(
@@ -289,7 +350,7 @@ impl PgBackend {
                         &announcer(&mut client, &name, None),
                     ));
                 }
-                (value(2).ok_or_else(malformed)? == "t", None)
+                (value(2).and_then(|v| v.parse::<i64>().ok()), None)
             }
             Some(n) => {
                 let take = rows
@@ -312,9 +373,19 @@ impl PgBackend {
                     chosen: Arc::new(Mutex::new(take.slot)),
                     stop: Arc::new(AtomicBool::new(false)),
                 };
-                (take.slot.is_some(), Some(state))
+                if take.slot.is_some() && take.token.is_none() {
+                    return Err(malformed());
+                }
+                (take.token, Some(state))
             }
         };
+        if target.behind_a_proxy(server_port) && shares_sessions(&target, &mark) {
+            // Let go of what our shared session took, and of our mark.
+            let _ = client.simple_query(&format!(
+                "SELECT pg_advisory_unlock_all(), set_config('{SESSION_MARK}', '', false)"
+            ));
+            return Err(unavailable(label, POOLER));
+        }
         let cancel = client.cancel_token();
         Ok(PgBackend {
             target,
@@ -326,7 +397,8 @@ impl PgBackend {
             label: label.to_owned(),
             key,
             backend_pid,
-            first_try: Some(first_try),
+            first_try: Some(token.is_some()),
+            token,
             comment,
             ttl,
             kill_grace: opts.kill_grace,
@@ -339,11 +411,50 @@ impl PgBackend {
         unavailable(&self.label, why)
     }
 
+    /// The fencing token, when the statement that took the lock did not
+    /// bring it; with proof that the lock stayed with our session.
+    fn fencing_token(&self, client: &mut Client, key: i64) -> Result<i64, Failure> {
+        let sql = format!(
+            "{}SELECT txid_current(), ({})",
+            self.comment,
+            session::holds_sql(key)
+        );
+        // A cancel request sent as the wait ended may land on this
+        // statement instead of the wait it was meant for: try again.
+        let mut attempts = 0;
+        let row = loop {
+            attempts += 1;
+            match client.simple_query(&sql) {
+                Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) && attempts < 3 => {}
+                other => break other.map_err(|e| self.failure(&connect::explain(&e)))?,
+            }
+        };
+        let row = first_value(&row).unwrap_or_default();
+        let value = |i: usize| {
+            row.get(i)
+                .cloned()
+                .flatten()
+                .and_then(|v| v.parse::<i64>().ok())
+        };
+        let (Some(token), Some(holds)) = (value(0), value(1)) else {
+            return Err(self.failure("the server's answer to the fencing-token query is malformed"));
+        };
+        if holds != 1 {
+            return Err(self.failure(POOLER));
+        }
+        Ok(token)
+    }
+
     fn take_returned(&mut self) -> Option<Client> {
-        self.returned
+        let (client, token) = self
+            .returned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
+            .take()?;
+        if token.is_some() {
+            self.token = token;
+        }
+        Some(client)
     }
 }
 
@@ -374,19 +485,19 @@ struct HeadWait {
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
 impl HeadWait {
-    /// `Ok(false)`: stopped before a slot was free.
-    fn run(self, client: &mut Client) -> Result<bool, postgres::Error> {
-        if !self.head {
-            // In the queue: the server wakes us when the head before us
-            // has its slot (or gives up).
-            client.simple_query(&format!(
-                "{}SELECT pg_advisory_lock({})",
-                self.comment, self.queue
-            ))?;
-        }
-        // Listening before the first look: a release after that look
-        // cannot be missed.
-        client.simple_query(&format!("LISTEN \"{}\"", slots::channel(self.queue)))?;
+    /// The fencing token of the slot taken; `Ok(None)`: stopped before a
+    /// slot was free.
+    fn run(self, client: &mut Client) -> Result<Option<i64>, postgres::Error> {
+        // Listening before the first look (LISTEN takes effect when its
+        // transaction commits, before the look): a release after that look
+        // cannot be missed. In the queue first: the server wakes us when
+        // the head before us has its slot (or gives up).
+        let queue = if self.head {
+            String::new()
+        } else {
+            format!("{}SELECT pg_advisory_lock({}); ", self.comment, self.queue)
+        };
+        client.simple_query(&format!("{queue}LISTEN \"{}\"", slots::channel(self.queue)))?;
         let take = format!(
             "{}{}",
             self.comment,
@@ -395,20 +506,19 @@ impl HeadWait {
                 &self.queue.to_string(),
                 self.n,
                 Entry::Head,
-                false
+                None
             )
         );
         loop {
             let answer = client.simple_query(&take)?;
-            if let Some(slot) = first_value(&answer)
-                .and_then(|r| take_answer(&r))
-                .and_then(|t| t.slot)
+            if let Some(take) = first_value(&answer).and_then(|r| take_answer(&r))
+                && let (Some(slot), Some(token)) = (take.slot, take.token)
             {
                 *self.chosen.lock().unwrap_or_else(PoisonError::into_inner) = Some(slot);
-                return Ok(true);
+                return Ok(Some(token));
             }
             if !self.sleep(client)? {
-                return Ok(false);
+                return Ok(None);
             }
         }
     }
@@ -468,7 +578,7 @@ impl Contender for PgBackend {
                     &self.key.to_string(),
                     state.n,
                     state.entry(),
-                    false
+                    None
                 )
             );
             let entry = state.entry();
@@ -487,16 +597,23 @@ impl Contender for PgBackend {
                     state.head = take.head && take.slot.is_none();
                 }
             }
-            return Ok(take.slot.is_some());
+            self.token = take.token;
+            return Ok(take.slot.is_some() && take.token.is_some());
         }
-        let sql = format!("{}SELECT pg_try_advisory_lock({})", self.comment, self.key);
+        let sql = format!(
+            "{}SELECT CASE WHEN pg_try_advisory_lock({}) THEN txid_current() END",
+            self.comment, self.key
+        );
         let Some(client) = self.client.as_mut() else {
             return Err(self.failure("the connection is busy"));
         };
         match client.simple_query(&sql) {
-            Ok(answer) => Ok(first_value(&answer)
-                .and_then(|row| row.into_iter().next().flatten())
-                .is_some_and(|v| v == "t")),
+            Ok(answer) => {
+                self.token = first_value(&answer)
+                    .and_then(|row| row.into_iter().next().flatten())
+                    .and_then(|v| v.parse().ok());
+                Ok(self.token.is_some())
+            }
             Err(e) => Err(self.failure(&connect::explain(&e))),
         }
     }
@@ -521,18 +638,28 @@ impl Contender for PgBackend {
                 stop: Arc::clone(&state.stop),
             };
             return Ok(Box::new(move || match wait.run(&mut client) {
-                Ok(false) => Err(unavailable(&label, "the wait was cancelled")),
-                Ok(true) => {
-                    *returned.lock().unwrap_or_else(PoisonError::into_inner) = Some(client);
+                Ok(None) => Err(unavailable(&label, "the wait was cancelled")),
+                Ok(Some(token)) => {
+                    *returned.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some((client, Some(token)));
                     Ok(())
                 }
                 Err(e) => Err(unavailable(&label, &cancelled_or(&e))),
             }));
         }
-        let sql = format!("{}SELECT pg_advisory_lock({})", self.comment, self.key);
+        // The fencing token in the same statement, once the lock is ours
+        // (the subquery, fenced by OFFSET 0, yields its row only then): no
+        // round trip between the server's wake-up and the command.
+        let sql = format!(
+            "{}SELECT txid_current() FROM (SELECT pg_advisory_lock({}) OFFSET 0) AS locked",
+            self.comment, self.key
+        );
         Ok(Box::new(move || match client.simple_query(&sql) {
-            Ok(_) => {
-                *returned.lock().unwrap_or_else(PoisonError::into_inner) = Some(client);
+            Ok(answer) => {
+                let token = first_value(&answer)
+                    .and_then(|row| row.into_iter().next().flatten())
+                    .and_then(|v| v.parse().ok());
+                *returned.lock().unwrap_or_else(PoisonError::into_inner) = Some((client, token));
                 Ok(())
             }
             Err(e) => Err(unavailable(&label, &cancelled_or(&e))),
@@ -619,52 +746,17 @@ impl Backend for PgBackend {
         let Some(mut client) = self.client.take().or_else(|| self.take_returned()) else {
             return Err(self.failure("the connection that took the lock is gone"));
         };
-        // The fencing token, and proof that the lock stayed with our
-        // session: behind a pooler in transaction mode the next statement
-        // may run in another server session, which holds nothing.
         let slot = self.slots.as_ref().and_then(Slots::chosen);
         if self.slots.is_some() && slot.is_none() {
             return Err(self.failure("lost track of the slot taken"));
         }
         let key = slot.map_or(self.key, |(_, key)| key);
-        // A head was listening for releases: no more.
-        let unlisten = if slot.is_some() { "UNLISTEN *; " } else { "" };
-        let sql = format!(
-            "{unlisten}{}SELECT txid_current(), pg_backend_pid(), ({})",
-            self.comment,
-            session::holds_sql(key)
-        );
-        // A cancel request sent as the wait ended may land on this
-        // statement instead of the wait it was meant for: try again.
-        let mut attempts = 0;
-        let row = loop {
-            attempts += 1;
-            match client.simple_query(&sql) {
-                Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) && attempts < 3 => {}
-                other => break other.map_err(|e| self.failure(&connect::explain(&e)))?,
-            }
+        let token = match self.token {
+            // Taken with the lock, in the same statement.
+            Some(token) => token,
+            None => self.fencing_token(&mut client, key)?,
         };
-        let row = first_value(&row).unwrap_or_default();
-        let value = |i: usize| {
-            row.get(i)
-                .cloned()
-                .flatten()
-                .and_then(|v| v.parse::<i64>().ok())
-        };
-        let (Some(token), Some(pid), Some(holds)) = (value(0), value(1), value(2)) else {
-            return Err(self.failure("the server's answer to the fencing-token query is malformed"));
-        };
-        if holds != 1 {
-            return Err(self.failure(
-                "the lock did not stay with our session: is lockrun connected through a pooler in transaction or statement mode (PgBouncer)? Session advisory locks need a direct connection or a session-mode pool",
-            ));
-        }
-        if pid != i64::from(self.backend_pid) {
-            eprintln!(
-                "lockrun: warning: our statements ran in two server sessions (pids {} and {pid}): a connection pooler in transaction mode cannot keep a session lock",
-                self.backend_pid
-            );
-        }
+        let pid = self.backend_pid;
         if verbose || self.verbose {
             let what = match (slot, &self.slots) {
                 (Some((k, _)), Some(state)) => format!("slot {k} of {} of the lock", state.n),
@@ -677,15 +769,18 @@ impl Backend for PgBackend {
                 self.ttl.as_secs()
             );
         }
-        let release = match slot {
-            Some(_) => slots::release_sql(self.key),
-            None => format!("SELECT pg_advisory_unlock({key})"),
+        // A head was listening for releases; it stops with the first check
+        // (off the path to the command).
+        let (release, unlisten) = match slot {
+            Some(_) => (slots::release_sql(self.key), "UNLISTEN *; "),
+            None => (format!("SELECT pg_advisory_unlock({key})"), ""),
         };
         let session = Session::start(
             client,
             key,
             self.comment.clone(),
             release,
+            unlisten,
             self.ttl,
             self.kill_grace,
         );

@@ -74,12 +74,14 @@ pub fn holds_sql(key: i64) -> String {
 
 impl Session {
     /// Starts watching `client`, whose session holds the lock on `key`;
-    /// `release` is the statement that lets go of it.
+    /// `release` is the statement that lets go of it, `first` a statement
+    /// to run with the first check.
     pub fn start(
         client: Client,
         key: i64,
         comment: String,
         release: String,
+        first: &'static str,
         ttl: Duration,
         grace: Duration,
     ) -> Session {
@@ -100,7 +102,7 @@ impl Session {
         }));
         let pinger = std::thread::Builder::new()
             .name("pg-ping".into())
-            .spawn(move || ping(shared, client, key, release, ttl));
+            .spawn(move || ping(shared, client, key, release, first, ttl));
         let watcher = std::thread::Builder::new()
             .name("pg-watch".into())
             .spawn(move || watch(shared, grace))
@@ -155,8 +157,16 @@ impl Session {
 }
 
 /// `release` lets go of the lock (an unlock, and for a slot a
-/// notification for the head of the queue).
-fn ping(shared: &'static Shared, mut client: Client, key: i64, release: String, ttl: Duration) {
+/// notification for the head of the queue); `first` goes before the first
+/// check that succeeds.
+fn ping(
+    shared: &'static Shared,
+    mut client: Client,
+    key: i64,
+    release: String,
+    mut first: &'static str,
+    ttl: Duration,
+) {
     let interval = (ttl / 3).max(Duration::from_millis(100));
     let holds = holds_sql(key);
     let mut next = Instant::now() + interval;
@@ -173,9 +183,12 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, release: String, 
             state.comment.clone()
         };
         let sent = Instant::now();
-        let verdict = match client.simple_query(&format!("{comment}{holds}")) {
+        let verdict = match client.simple_query(&format!("{comment}{first}{holds}")) {
             Ok(answer) => match count(&answer) {
-                Some(1) => Ok(()),
+                Some(1) => {
+                    first = "";
+                    Ok(())
+                }
                 _ => Err("the server says our session no longer holds the lock".to_owned()),
             },
             // A late cancel request meant for the wait: the session is fine.

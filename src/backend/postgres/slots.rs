@@ -89,9 +89,12 @@ pub enum Entry {
 /// session's server pid, first columns, and then nothing is tried), whether
 /// we are at the head (Queue: the queue key was free), and the slot taken
 /// with its key (NULL when none was free).
-/// `queue` is the queue key as an SQL expression. Without `check_n` the
-/// first two columns are NULL and the slots are tried whatever others say.
-pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, check_n: bool) -> String {
+/// Then the fencing token, taken once the slot is ours. `queue` is the
+/// queue key as an SQL expression. With `first` (the attempt made while
+/// connecting: our session's mark, see `lock::SESSION_MARK`) the other Ns
+/// are looked for, and nothing is tried unless the session bears our mark;
+/// without, the first two columns are NULL.
+pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&str>) -> String {
     let head = match entry {
         Entry::Queue => format!("pg_try_advisory_lock({queue})"),
         Entry::Head | Entry::Direct => "true".to_owned(),
@@ -103,7 +106,15 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, check_n: bool) ->
         Entry::Direct => String::new(),
     };
     // Without the check, `other` is empty (and never read from pg_locks).
-    let check = if check_n { "" } else { "AND false" };
+    let check = if first.is_some() { "" } else { "AND false" };
+    let head = match first {
+        Some(mark) => format!(
+            "CASE WHEN coalesce(current_setting('{}', true), '') <> {} THEN false ELSE {head} END",
+            super::lock::SESSION_MARK,
+            super::lock::literal(mark)
+        ),
+        None => head,
+    };
     let slot = slot_key_sql(name, "k + 1");
     let key = slot_key_sql(name, "c.slot");
     format!(
@@ -117,7 +128,8 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, check_n: bool) ->
            SELECT 0, false FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM other) THEN false ELSE {head} END AS head) h WHERE h.head \
            UNION ALL \
            SELECT k + 1, pg_try_advisory_lock({slot}) FROM t WHERE NOT got AND k < {n}) \
-         SELECT (SELECT n FROM other), (SELECT pid FROM other), c.head, c.slot, {key}{unlock} \
+         SELECT (SELECT n FROM other), (SELECT pid FROM other), c.head, c.slot, {key}, \
+           CASE WHEN c.slot IS NOT NULL THEN txid_current() END{unlock} \
          FROM (SELECT count(*) > 0 AS head, max(k) FILTER (WHERE got) AS slot FROM t) c"
     )
 }
@@ -140,10 +152,10 @@ mod tests {
 
     #[test]
     fn only_the_head_and_the_queue_let_go_of_the_queue() {
-        let direct = take_sql("E'n'", "5", 3, Entry::Direct, true);
+        let direct = take_sql("E'n'", "5", 3, Entry::Direct, Some("m"));
         assert!(!direct.contains("pg_advisory_unlock(5)"), "{direct}");
         assert!(!direct.contains("pg_try_advisory_lock(5)"), "{direct}");
-        let queue = take_sql("E'n'", "5", 3, Entry::Queue, false);
+        let queue = take_sql("E'n'", "5", 3, Entry::Queue, None);
         assert!(queue.contains("AND false"), "{queue}");
         assert!(queue.contains("pg_try_advisory_lock(5)"), "{queue}");
         assert!(queue.contains("pg_advisory_unlock(5)"), "{queue}");
