@@ -319,7 +319,9 @@ impl PgBackend {
             .simple_query(&sql)
             .map_err(|e| unavailable(label, &connect::explain(&e)))?;
         let rows = all_rows(&answer);
-        if rows.is_empty() {
+        // No row from the first statement: the session bore another
+        // client's mark.
+        if rows.len() < 1 + usize::from(opts.slots.is_some()) {
             return Err(unavailable(label, POOLER));
         }
         let row = rows.first().cloned().unwrap_or_default();
