@@ -34,6 +34,12 @@ use std::time::{Duration, Instant};
 /// `pg_try_advisory_lock` succeeds in it: nothing is taken then.
 pub const SESSION_MARK: &str = "lockrun.session";
 
+/// While a statement of ours runs (a wait), the server checks every second
+/// whether we are still connected (PostgreSQL 14 or later; NULL before),
+/// and ends a wait whose client is gone.
+const CHECK_CLIENT: &str = "CASE WHEN current_setting('server_version_num')::int >= 140000 \
+     THEN set_config('client_connection_check_interval', '1000', false) END";
+
 /// Why a session shared between clients is refused.
 pub const POOLER: &str = "a connection pooler in transaction or statement mode (PgBouncer's pool_mode = transaction) shares server sessions between clients, which breaks session advisory locks: connect directly or through a session-mode pool";
 
@@ -125,6 +131,10 @@ pub struct PgBackend {
     first_try: Option<bool>,
     /// The fencing token, taken in the statement that took the lock.
     token: Option<i64>,
+    /// The server ends our session's statement soon after our connection
+    /// closes (`CHECK_CLIENT`): a waiter that ends without a cancel request
+    /// leaves no waiting session behind for long.
+    checks_client: bool,
     comment: String,
     ttl: Duration,
     kill_grace: Duration,
@@ -298,7 +308,7 @@ impl PgBackend {
         );
         let mut sql = format!(
             "{comment}SELECT k, pg_backend_pid(), {first}, inet_server_port(), \
-             set_config('{SESSION_MARK}', {}, false)",
+             set_config('{SESSION_MARK}', {}, false), {CHECK_CLIENT}",
             literal(&mark)
         );
         for (name, value) in server_keepalive(ttl) {
@@ -327,6 +337,7 @@ impl PgBackend {
         let row = rows.first().cloned().unwrap_or_default();
         let value = |i: usize| row.get(i).cloned().flatten();
         let server_port = value(4).and_then(|v| v.parse::<u16>().ok());
+        let checks_client = value(6).is_some();
         let (Some(key), Some(backend_pid)) = (
             value(0).and_then(|v| v.parse::<i64>().ok()),
             value(1).and_then(|v| v.parse::<i32>().ok()),
@@ -399,6 +410,7 @@ impl PgBackend {
             label: label.to_owned(),
             key,
             backend_pid,
+            checks_client,
             first_try: Some(token.is_some()),
             token,
             comment,
@@ -666,6 +678,18 @@ impl Contender for PgBackend {
             }
             Err(e) => Err(unavailable(&label, &cancelled_or(&e))),
         }))
+    }
+
+    fn block_here(&mut self) -> Option<Result<(), Failure>> {
+        // Waiting for ever with nothing to show: the wait runs on the main
+        // thread, one thread hop less between the server's wake-up and the
+        // command. A signal then ends lockrun from its handler, with no
+        // cancel request: the server notices the closed connection within
+        // a second (`checks_client`), so only where it does.
+        if !self.checks_client {
+            return None;
+        }
+        Some(self.blocking().and_then(|wait| wait()))
     }
 
     fn interrupt(&mut self) {

@@ -19,7 +19,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long finishing may wait for the pinger to close the connection.
+/// How long finishing may wait for a check in flight to hand the
+/// connection back.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct State {
@@ -32,7 +33,8 @@ struct State {
     command: Option<i32>,
     exited: bool,
     lost: Option<String>,
-    closed: bool,
+    /// The connection, while no check is in flight.
+    client: Option<Client>,
 }
 
 struct Shared {
@@ -60,6 +62,8 @@ impl Shared {
 pub struct Session {
     shared: &'static Shared,
     watcher: Option<JoinHandle<()>>,
+    /// The statement that lets go of the lock.
+    release: String,
 }
 
 /// What the pinger asks: does our session still hold the lock?
@@ -96,13 +100,13 @@ impl Session {
                 command: None,
                 exited: false,
                 lost: None,
-                closed: false,
+                client: Some(client),
             }),
             wake: Condvar::new(),
         }));
         let pinger = std::thread::Builder::new()
             .name("pg-ping".into())
-            .spawn(move || ping(shared, client, key, release, first, ttl));
+            .spawn(move || ping(shared, key, first, ttl));
         let watcher = std::thread::Builder::new()
             .name("pg-watch".into())
             .spawn(move || watch(shared, grace))
@@ -110,7 +114,11 @@ impl Session {
         if pinger.is_err() || watcher.is_none() {
             shared.lock().lost = Some("cannot start the threads that watch the connection".into());
         }
-        Session { shared, watcher }
+        Session {
+            shared,
+            watcher,
+            release,
+        }
     }
 
     /// The record changed: carry it in the next check, which is now.
@@ -137,18 +145,40 @@ impl Session {
         self.shared.wake.notify_all();
     }
 
-    /// Stops watching and closes the connection (which releases the lock);
+    /// Stops watching, lets go of the lock and closes the connection;
     /// returns why the lock was lost, if it was.
     pub fn finish(mut self) -> Option<String> {
         let mut state = self.shared.lock();
         state.stop = true;
         self.shared.wake.notify_all();
         let until = Instant::now() + CLOSE_TIMEOUT;
-        while !state.closed && Instant::now() < until {
+        let client = loop {
+            if state.lost.is_some() {
+                break None;
+            }
+            if let Some(client) = state.client.take() {
+                break Some(client);
+            }
+            // A check in flight has it; a connection that hangs is left
+            // to the pinger (it ends with lockrun).
+            if Instant::now() >= until {
+                break None;
+            }
             state = self.shared.wait_until(state, until);
-        }
+        };
         let lost = state.lost.clone();
         drop(state);
+        // Ending the session releases the lock, but the server handles a
+        // closed connection after we are gone: a script's next `lockrun
+        // -n` could still find the lock held. Unlocking first makes the
+        // release happen before lockrun exits; on this thread, which is
+        // running anyway, rather than waking the pinger to do it (the
+        // waiter's command starts that much sooner). A network that died
+        // since the last check makes it fail after the TCP user timeout
+        // (the TTL) at most.
+        if let Some(mut client) = client {
+            let _ = client.simple_query(&self.release);
+        }
         if let Some(watcher) = self.watcher.take() {
             let _ = watcher.join();
         }
@@ -156,31 +186,26 @@ impl Session {
     }
 }
 
-/// `release` lets go of the lock (an unlock, and for a slot a
-/// notification for the head of the queue); `first` goes before the first
-/// check that succeeds.
-fn ping(
-    shared: &'static Shared,
-    mut client: Client,
-    key: i64,
-    release: String,
-    mut first: &'static str,
-    ttl: Duration,
-) {
+/// The connection is taken from the state for each check and given back;
+/// `first` goes before the first check that succeeds.
+fn ping(shared: &'static Shared, key: i64, mut first: &'static str, ttl: Duration) {
     let interval = (ttl / 3).max(Duration::from_millis(100));
     let holds = holds_sql(key);
     let mut next = Instant::now() + interval;
     loop {
-        let comment = {
+        let (comment, mut client) = {
             let mut state = shared.lock();
             while !state.stop && !state.ping_now && Instant::now() < next {
                 state = shared.wait_until(state, next);
             }
             if state.stop {
-                break;
+                return;
             }
+            let Some(client) = state.client.take() else {
+                return;
+            };
             state.ping_now = false;
-            state.comment.clone()
+            (state.comment.clone(), client)
         };
         let sent = Instant::now();
         let verdict = match client.simple_query(&format!("{comment}{first}{holds}")) {
@@ -193,6 +218,8 @@ fn ping(
             },
             // A late cancel request meant for the wait: the session is fine.
             Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
+                shared.lock().client = Some(client);
+                shared.wake.notify_all();
                 next = Instant::now() + Duration::from_millis(50);
                 continue;
             }
@@ -203,27 +230,21 @@ fn ping(
         };
         let mut state = shared.lock();
         match verdict {
-            Ok(()) => state.valid_until = state.valid_until.max(sent + ttl),
+            Ok(()) => {
+                state.valid_until = state.valid_until.max(sent + ttl);
+                state.client = Some(client);
+                shared.wake.notify_all();
+            }
             Err(reason) => {
                 state.lost.get_or_insert(reason);
                 shared.wake.notify_all();
-                break;
+                drop(state);
+                drop(client);
+                return;
             }
         }
         next = sent + interval;
     }
-    // Ending the session releases the lock, but the server handles a
-    // closed connection after we are gone: a script's next `lockrun -n`
-    // could still find the lock held. Unlocking first makes the release
-    // happen before lockrun exits.
-    if shared.lock().lost.is_none() {
-        let _ = client.simple_query(&release);
-    }
-    // Released: lockrun need not wait for the server to finish closing
-    // the session (milliseconds), nor for a connection that hangs.
-    shared.lock().closed = true;
-    shared.wake.notify_all();
-    drop(client);
 }
 
 fn count(answer: &[SimpleQueryMessage]) -> Option<i64> {
