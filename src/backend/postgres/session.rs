@@ -64,6 +64,15 @@ pub struct Session {
     watcher: Option<JoinHandle<()>>,
     /// The statement that lets go of the lock.
     release: String,
+    /// What the threads need, until they are started.
+    threads: Option<Threads>,
+}
+
+struct Threads {
+    key: i64,
+    first: &'static str,
+    ttl: Duration,
+    grace: Duration,
 }
 
 /// What the pinger asks: does our session still hold the lock?
@@ -104,6 +113,32 @@ impl Session {
             }),
             wake: Condvar::new(),
         }));
+        Session {
+            shared,
+            watcher: None,
+            release,
+            threads: Some(Threads {
+                key,
+                first,
+                ttl,
+                grace,
+            }),
+        }
+    }
+
+    /// Starts the threads, once the command runs: not before, where they
+    /// would stand between the lock and the command's start.
+    fn launch(&mut self) {
+        let Some(Threads {
+            key,
+            first,
+            ttl,
+            grace,
+        }) = self.threads.take()
+        else {
+            return;
+        };
+        let shared = self.shared;
         let pinger = std::thread::Builder::new()
             .name("pg-ping".into())
             .spawn(move || ping(shared, key, first, ttl));
@@ -114,11 +149,7 @@ impl Session {
         if pinger.is_err() || watcher.is_none() {
             shared.lock().lost = Some("cannot start the threads that watch the connection".into());
         }
-        Session {
-            shared,
-            watcher,
-            release,
-        }
+        self.watcher = watcher;
     }
 
     /// The record changed: carry it in the next check, which is now.
@@ -133,9 +164,10 @@ impl Session {
         self.shared.lock().lost.clone()
     }
 
-    pub fn command_started(&self, pid: i32) {
+    pub fn command_started(&mut self, pid: i32) {
         self.shared.lock().command = Some(pid);
         self.shared.wake.notify_all();
+        self.launch();
     }
 
     pub fn command_exited(&self) {
