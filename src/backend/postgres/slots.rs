@@ -85,8 +85,8 @@ pub enum Entry {
     Direct,
 }
 
-/// One statement: whether another N is announced (that N and its
-/// session's server pid, first columns, and then nothing is tried), whether
+/// One statement: whether another N is announced (that N and a
+/// session's server pid saying it, first columns, and then nothing is tried), whether
 /// we are at the head (Queue: the queue key was free), and the slot taken
 /// with its key (NULL when none was free).
 /// Then the fencing token, taken once the slot is ours. `queue` is the
@@ -119,11 +119,11 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
     let key = slot_key_sql(name, "c.slot");
     format!(
         "WITH RECURSIVE other AS MATERIALIZED (\
-           SELECT l.objid::bigint AS n, l.pid FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+           SELECT l.objid::bigint AS n, l.pid FROM pg_locks l \
            WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid() \
            AND l.classid = (hashtext({name})::bigint & 4294967295)::oid AND l.objid <> {n}::oid \
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-           {check} ORDER BY a.backend_start NULLS LAST, l.pid LIMIT 1), \
+           {check} LIMIT 1), \
          t(k, got) AS (\
            SELECT 0, false FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM other) THEN false ELSE {head} END AS head) h WHERE h.head \
            UNION ALL \
@@ -134,15 +134,17 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
     )
 }
 
-/// The N announced for the lock named by the SQL literal `name`, by the
-/// contender that connected first; NULL when nobody uses it with --slots.
+/// An N announced for the lock named by the SQL literal `name` (`holder`
+/// and the refusal's message ask `sessions::announcers` which session
+/// said it); NULL when nobody uses it with --slots. pg_locks only: its
+/// join with pg_stat_activity costs more than the rest of the statement.
 pub fn announced_sql(name: &str) -> String {
     format!(
-        "(SELECT l.objid::bigint FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+        "(SELECT l.objid::bigint FROM pg_locks l \
            WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
            AND l.classid = (hashtext({name})::bigint & 4294967295)::oid \
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-           ORDER BY a.backend_start NULLS LAST, l.pid LIMIT 1)"
+           ORDER BY l.pid LIMIT 1)"
     )
 }
 
