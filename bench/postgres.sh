@@ -12,6 +12,10 @@
 #                   here with `cargo build --release --features postgres`
 #                   into target/postgres/<host tuple>/release/)
 #   HANDOFFS=N      handoff repetitions per tool (default 25)
+#   LOCKRUN_BEFORE=path  another lockrun binary (an older build) measured in
+#                   the same handoff rounds, interleaved with the others, so
+#                   that a before/after comparison sees the same load
+#   SLOTS=N         also measure the handoff with --slots N (default 2; 0: no)
 #
 # Starts its own PostgreSQL (initdb into a temp dir, as user nobody when run
 # as root) on a free loopback port, and stops it at the end. Needs bash >=
@@ -76,41 +80,77 @@ cat "$dir/table.md"
 # the holder is released and the waiter's command stamps the clock.
 HANDOFFS=${HANDOFFS:-25}
 waiting() { "${PSQL[@]}" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"; }
-handoff_once() { # $1 = lockrun|psql, $2 = lock name; prints waiter - holder in µs
+handoff_once() { # $1 = lockrun|before|slots|psql, $2 = lock name; prints waiter - holder in µs
   local tool=$1 name=$2 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
   mkfifo "$fifo"
   local lock="SELECT pg_advisory_lock(hashtextextended('$name', 0))"
-  if [ "$tool" = lockrun ]; then
-    "$LOCKRUN" "postgres:///#$name" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
+  local run=("$LOCKRUN")
+  case $tool in
+    before) run=("$LOCKRUN_BEFORE") ;;
+    slots) run=("$LOCKRUN" --slots "$SLOTS") ;;
+  esac
+  if [ "$tool" != psql ]; then
+    # With --slots N, N-1 other holders keep the other slots full, so that
+    # the waiter must wait for the measured holder's slot.
+    local others=()
+    if [ "$tool" = slots ]; then
+      mkfifo "$fifo.o"
+      for _ in $(seq $((SLOTS - 1))); do
+        "${run[@]}" "postgres:///#$name" sh -c "read _ <'$fifo.o'" &
+        others+=($!)
+      done
+    fi
+    "${run[@]}" "postgres:///#$name" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
   else
     "${PSQL[@]}" -c "$lock" -c "\\! sh -c \"read _ <'$fifo'; date +%s%N\"" >"$hold_out" &
   fi
   local holder=$!
+  local want=1; [ "$tool" = slots ] && want=$SLOTS
   for _ in $(seq 400); do
-    [ "$("${PSQL[@]}" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")" -ge 1 ] && break
+    [ "$("${PSQL[@]}" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1")" -ge "$want" ] && break
     sleep 0.01
   done
-  if [ "$tool" = lockrun ]; then
-    "$LOCKRUN" "postgres:///#$name" date +%s%N >"$wait_out" &
+  if [ "$tool" != psql ]; then
+    "${run[@]}" "postgres:///#$name" date +%s%N >"$wait_out" &
   else
     "${PSQL[@]}" -c "$lock" -c "\\! date +%s%N" >"$wait_out" &
   fi
   local waiter=$!
-  for _ in $(seq 400); do [ "$(waiting)" -ge 1 ] && break; sleep 0.01; done
-  [ "$(waiting)" -ge 1 ] || die "the $tool waiter never queued"
+  if [ "$tool" = slots ]; then
+    # The head holds the queue key (the plain lock's) while it sleeps.
+    queued() { "${PSQL[@]}" -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('$name', 0)"; }
+    for _ in $(seq 400); do [ "$(queued)" -ge 1 ] && break; sleep 0.01; done
+    [ "$(queued)" -ge 1 ] || die "the $tool waiter never queued"
+  else
+    for _ in $(seq 400); do [ "$(waiting)" -ge 1 ] && break; sleep 0.01; done
+    [ "$(waiting)" -ge 1 ] || die "the $tool waiter never queued"
+  fi
   echo go >"$fifo"
   timeout 20 tail --pid="$waiter" -f /dev/null || die "the $tool waiter did not finish"
+  if [ "$tool" = slots ]; then
+    for _ in "${others[@]}"; do echo go >"$fifo.o"; done
+    wait "${others[@]}" || true
+    rm -f "$fifo.o"
+  fi
   wait "$holder" "$waiter" || true
   local h w; h=$(grep -E '^[0-9]+$' "$hold_out" | tail -1); w=$(grep -E '^[0-9]+$' "$wait_out" | tail -1)
   rm -f "$fifo" "$hold_out" "$wait_out"
   echo $(( (w - h) / 1000 ))
 }
+SLOTS=${SLOTS:-2}
+tools=(lockrun psql)
+[ -n "${LOCKRUN_BEFORE:-}" ] && tools+=(before)
+[ "$SLOTS" -ge 2 ] && tools+=(slots)
 echo
-echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each (ms)"
+echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each, tools interleaved (ms)"
+echo "# lockrun: $LOCKRUN${LOCKRUN_BEFORE:+; before: $LOCKRUN_BEFORE}; slots: --slots $SLOTS, the other slots held"
 printf '%-10s %8s %8s %8s\n' tool p50 p90 max
-for tool in lockrun psql; do
-  samples=()
-  for i in $(seq "$HANDOFFS"); do samples+=("$(handoff_once "$tool" "handoff-$tool-$i")"); done
-  printf '%s\n' "${samples[@]}" | sort -n | awk -v t="$tool" '{a[NR]=$1} END {
+for i in $(seq "$HANDOFFS"); do
+  for tool in "${tools[@]}"; do
+    handoff_once "$tool" "handoff-$tool-$i" >>"$dir/samples.$tool"
+  done
+done
+for tool in "${tools[@]}"; do
+  sort -n "$dir/samples.$tool" | awk -v t="$tool" '{a[NR]=$1} END {
     printf "%-10s %8.2f %8.2f %8.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
 done

@@ -999,3 +999,605 @@ fn a_url_that_cannot_work_is_a_usage_error() {
         .assert()
         .code(64);
 }
+
+// ------------------------------------------------------------- --slots N
+
+/// A job for the meter: appends `start ID SLOT` to the meter file once it
+/// runs, blocks until the test opens its gate (a FIFO), then appends
+/// `end ID SLOT`. Each line is one O_APPEND write, so the file's order is
+/// the order things happened in.
+const JOB: &str = r#"echo "start $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter"; read x < "$2/gate$1"; echo "end $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter""#;
+
+fn spawn_job(dir: &Path, id: usize, lock_args: &[&str], url: &str) -> Child {
+    use std::os::unix::process::CommandExt;
+    let gate = dir.join(format!("gate{id}"));
+    let made = Command::new("mkfifo").arg(&gate).status().expect("mkfifo");
+    assert!(made.success());
+    std_lockrun()
+        .args(lock_args)
+        .arg(url)
+        .args(["--", "sh", "-c", JOB, "job"])
+        .arg(id.to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        // Its own process group, so that a failed run can kill the job
+        // with its command.
+        .process_group(0)
+        .spawn()
+        .expect("spawn a job")
+}
+
+/// What the meter file says so far.
+#[derive(Default, Debug)]
+struct Meter {
+    /// Started and not ended: job id -> slot.
+    running: std::collections::HashMap<usize, String>,
+    ended: usize,
+    /// The most jobs running at once.
+    peak: usize,
+    /// A slot number two running jobs had at once, or one out of 1..=N.
+    bad_slot: Option<String>,
+}
+
+fn read_meter(dir: &Path, n: usize) -> Meter {
+    let text = std::fs::read_to_string(dir.join("meter")).unwrap_or_default();
+    let mut meter = Meter::default();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [what, id, slot] = words[..] else {
+            panic!("meter line {line:?}")
+        };
+        let id: usize = id.parse().expect("a job id");
+        match what {
+            "start" => {
+                let in_range =
+                    slot == "none" || slot.parse::<usize>().is_ok_and(|s| (1..=n).contains(&s));
+                let taken = slot != "none" && meter.running.values().any(|s| s == slot);
+                if !in_range || taken {
+                    meter.bad_slot.get_or_insert_with(|| slot.to_owned());
+                }
+                meter.running.insert(id, slot.to_owned());
+                meter.peak = meter.peak.max(meter.running.len());
+            }
+            "end" => {
+                meter.running.remove(&id);
+                meter.ended += 1;
+            }
+            _ => panic!("meter line {line:?}"),
+        }
+    }
+    meter
+}
+
+fn open_gate(dir: &Path, id: usize) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking: fails (ENXIO) until the job has opened it to read.
+    let gate = dir.join(format!("gate{id}"));
+    wait_for(&format!("job {id} to wait at its gate"), || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&gate)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"go\n"))
+            .is_ok()
+    });
+}
+
+/// Runs `jobs` jobs through `lock_args` on `url` and checks the meter:
+/// never more than `limit` at once, `limit` at once whenever that many
+/// are left, and unique slot numbers. Each round waits for the jobs the
+/// limit admits to be running, then lets them finish.
+fn meter_run(lock_args: &[&str], url: &str, jobs: usize, limit: usize) -> Result<(), String> {
+    let dir = temp_dir();
+    let mut children: Vec<Child> = (0..jobs)
+        .map(|id| spawn_job(dir.path(), id, lock_args, url))
+        .collect();
+    let mut released = std::collections::BTreeSet::new();
+    let result = (|| {
+        while released.len() < jobs {
+            let want = limit.min(jobs - released.len());
+            let deadline = std::time::Instant::now() + BOUND;
+            let meter = loop {
+                let meter = read_meter(dir.path(), limit);
+                let fresh = meter
+                    .running
+                    .keys()
+                    .filter(|id| !released.contains(*id))
+                    .count();
+                if fresh >= want || meter.peak > limit {
+                    break meter;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("{want} jobs never ran at once (meter: {meter:?})"));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if meter.peak > limit {
+                return Err(format!(
+                    "{} jobs ran at once, more than {limit}",
+                    meter.peak
+                ));
+            }
+            if let Some(slot) = meter.bad_slot {
+                return Err(format!(
+                    "slot {slot} was out of 1..={limit} or given to two running jobs"
+                ));
+            }
+            let round: Vec<usize> = meter
+                .running
+                .keys()
+                .filter(|id| !released.contains(*id))
+                .copied()
+                .collect();
+            for id in round {
+                open_gate(dir.path(), id);
+                released.insert(id);
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        for child in &children {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+        }
+    }
+    for child in &mut children {
+        let status = wait_child(child, BOUND);
+        if result.is_ok() {
+            assert!(status.success(), "a job failed: {status:?}");
+        }
+    }
+    result?;
+    let meter = read_meter(dir.path(), limit);
+    assert_eq!(meter.ended, jobs, "{meter:?}");
+    if meter.peak > limit {
+        return Err(format!(
+            "{} jobs ran at once, more than {limit}",
+            meter.peak
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn three_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
+    let Some(pg) = shared() else { return };
+    meter_run(&["--slots", "3"], &pg.url("meter"), 7, 3).unwrap();
+}
+
+/// The control: the meter fails when the limit is broken (more slots
+/// than the limit it checks).
+#[test]
+fn the_slots_meter_catches_a_broken_limit() {
+    let Some(pg) = shared() else { return };
+    let too_many = meter_run(&["--slots", "7"], &pg.url("meter-control"), 7, 3).unwrap_err();
+    // Caught as a fourth job running, or a fourth slot in use.
+    assert!(
+        too_many.contains("more than 3") || too_many.contains("out of 1..=3"),
+        "{too_many}"
+    );
+}
+
+#[test]
+fn a_crowd_through_4_slots_never_exceeds_4() {
+    let Some(pg) = shared() else { return };
+    let dir = temp_dir();
+    let meter = dir.path().join("meter");
+    // Each job stays a moment, so that the slots are full and the crowd
+    // queues; 40 lockruns, each a server session (max_connections 100).
+    let script =
+        r#"echo "start $$ $LOCKRUN_SLOT" >> "$1"; sleep 0.05; echo "end $$ $LOCKRUN_SLOT" >> "$1""#;
+    let url = pg.url("crowd");
+    let mut crowd: Vec<Child> = (0..40)
+        .map(|_| {
+            std_lockrun()
+                .args(["--slots", "4", &url, "--", "sh", "-c", script, "job"])
+                .arg(&meter)
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for child in &mut crowd {
+        let status = wait_child(child, Duration::from_secs(60));
+        assert!(status.success(), "{status:?}");
+    }
+    let seen = read_meter(dir.path(), 4);
+    assert_eq!(seen.ended, 40);
+    assert!(seen.peak <= 4, "{} at once", seen.peak);
+    assert_eq!(seen.bad_slot, None);
+    assert!(seen.running.is_empty());
+    assert_eq!(pg.holders("crowd"), 0, "the queue key is left held");
+}
+
+/// Holds `held` of the `n` slots of `url`: (lockrun, its slot, the
+/// command's pid), in slot order.
+fn fill_slots(url: &str, n: usize, held: usize) -> Vec<(Background, String, i32)> {
+    (0..held)
+        .map(|_| {
+            let (bg, words) = holding(
+                &["--slots", &n.to_string()],
+                url,
+                "echo ready $LOCKRUN_SLOT $$; read x",
+            );
+            let command = words[1].parse().expect("pid");
+            (bg, words[0].clone(), command)
+        })
+        .collect()
+}
+
+fn release_all(holders: Vec<(Background, String, i32)>) {
+    for (mut bg, _, _) in holders {
+        bg.release();
+        assert!(bg.wait_exit(BOUND).success());
+    }
+}
+
+#[test]
+fn a_different_number_of_slots_is_64_naming_both_and_the_holder() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("disagree");
+    let holders = fill_slots(&url, 2, 2);
+    let first_command = holders[0].2;
+    for (args, ours) in [
+        (vec!["--slots", "3"], "not --slots 3"),
+        (vec!["-n", "--slots", "1"], "not --slots 1"),
+        (vec![], "not without --slots"),
+    ] {
+        let out = lockrun()
+            .args(&args)
+            .args([&url, "sh", "-c", "echo ran"])
+            .output()
+            .expect("run lockrun");
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("lockrun: ")
+                && err.contains("used with --slots 2")
+                && err.contains(ours)
+                && err.contains(&format!("pid {first_command} ")),
+            "{args:?}: {err}"
+        );
+    }
+    release_all(holders);
+    // Once nobody uses it, any number may start afresh.
+    lockrun()
+        .args(["--slots", "3", &url, "true"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn nonblocking_with_every_slot_full_is_75_and_runs_nothing() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("full");
+    let holders = fill_slots(&url, 2, 2);
+    let slots: Vec<&str> = holders.iter().map(|h| h.1.as_str()).collect();
+    assert_eq!(slots, ["1", "2"]);
+    let out = lockrun()
+        .args(["-n", "--slots", "2", &url, "sh", "-c", "echo ran"])
+        .assert()
+        .code(75)
+        .stdout("");
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(err.contains("2 commands, one per slot"), "{err}");
+    assert!(
+        err.contains(&format!("slot 1: pid {}", holders[0].2)),
+        "{err}"
+    );
+    lockrun()
+        .args(["-w", "0.3", "--slots", "2", &url, "true"])
+        .assert()
+        .code(75);
+    release_all(holders);
+}
+
+#[test]
+fn sigkill_of_a_slot_holder_frees_its_slot() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("killed-slot");
+    let mut holders = fill_slots(&url, 2, 2);
+    let mut cmd = std_lockrun();
+    cmd.args(["--slots", "2", &url, "sh", "-c", "echo ready $LOCKRUN_SLOT"]);
+    let waiter = Background::spawn(cmd);
+    // The head of the queue holds the queue key (the plain lock's) while
+    // it sleeps until a slot frees.
+    wait_for("the waiter to head the queue", || {
+        pg.holders("killed-slot") == 1
+    });
+    let (victim, slot, command) = holders.remove(1);
+    kill(victim.pid(), "KILL");
+    // Nobody announces this release: the head's bounded recheck finds it.
+    let words = waiter.expect_ready();
+    assert_eq!(words, [slot]);
+    wait_for("the victim's command to die with it", || {
+        process_gone(command)
+    });
+    drop(victim);
+    release_all(holders);
+}
+
+#[test]
+fn a_release_wakes_the_head_at_once_and_the_queue_moves_up() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("handoff-slots");
+    let mut holders = fill_slots(&url, 2, 2);
+    let waiters: Vec<Background> = (0..2)
+        .map(|i| {
+            let mut cmd = std_lockrun();
+            cmd.args([
+                "--slots",
+                "2",
+                &url,
+                "sh",
+                "-c",
+                "echo ready $LOCKRUN_SLOT; read x",
+            ]);
+            let bg = Background::spawn(cmd);
+            // One at the head (holding the queue key), one queued on it.
+            wait_for("the waiter to queue", || {
+                pg.holders("handoff-slots") + pg.waiters("handoff-slots") == i + 1
+            });
+            bg
+        })
+        .collect();
+    assert_eq!(pg.waiters("handoff-slots"), 1, "only the head contends");
+    let (mut first, slot, _) = holders.remove(0);
+    first.release();
+    assert!(first.wait_exit(BOUND).success());
+    let mut waiters = waiters.into_iter();
+    let mut head = waiters.next().expect("head");
+    assert_eq!(head.expect_ready(), [slot]);
+    // The second becomes the head and takes the next slot freed.
+    wait_for("the second waiter to head the queue", || {
+        pg.holders("handoff-slots") == 1 && pg.waiters("handoff-slots") == 0
+    });
+    let (mut second, slot2, _) = holders.remove(0);
+    second.release();
+    assert!(second.wait_exit(BOUND).success());
+    let mut next = waiters.next().expect("second");
+    assert_eq!(next.expect_ready(), [slot2]);
+    for bg in [&mut head, &mut next] {
+        bg.release();
+        assert!(bg.wait_exit(BOUND).success());
+    }
+}
+
+#[test]
+fn a_deadline_or_a_signal_ends_the_heads_wait() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("head-ends");
+    let holders = fill_slots(&url, 1, 1);
+    lockrun()
+        .args(["-w", "0.5", "--slots", "1", &url, "true"])
+        .assert()
+        .code(75);
+    wait_for("the timed-out head to leave", || {
+        pg.holders("head-ends") == 0
+    });
+    let mut cmd = std_lockrun();
+    cmd.args(["--slots", "1", &url, "true"])
+        .stderr(Stdio::piped());
+    let mut head = Background::spawn(cmd);
+    wait_for("the waiter to head the queue", || {
+        pg.holders("head-ends") == 1
+    });
+    kill(head.pid(), "TERM");
+    assert_eq!(head.wait_exit(BOUND).code(), Some(143));
+    wait_for("the head to leave", || pg.holders("head-ends") == 0);
+    release_all(holders);
+}
+
+#[test]
+fn holder_and_check_show_every_slot() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("slots-inspected");
+    let holders = fill_slots(&url, 3, 2);
+    lockrun().args(["check", "-q", &url]).assert().code(0);
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held", "{json}");
+    assert_eq!(json["slots"], 3, "{json}");
+    let slots = json["slot_reports"].as_array().expect("slot_reports");
+    assert_eq!(slots.len(), 3, "{json}");
+    for (i, (_, slot, command)) in holders.iter().enumerate() {
+        assert_eq!(slot, &(i + 1).to_string());
+        assert_eq!(slots[i]["state"], "held", "{json}");
+        assert_eq!(slots[i]["record"]["pid"], *command, "{json}");
+        assert_eq!(slots[i]["holders"][0]["pid"], *command, "{json}");
+        let key = pg.psql(&format!(
+            "SELECT hashtextextended('slots-inspected', {})",
+            i + 1
+        ));
+        assert_eq!(slots[i]["postgres"]["key"].to_string(), key, "{json}");
+        assert!(slots[i]["postgres"]["backend_pid"].is_i64(), "{json}");
+    }
+    assert_eq!(slots[2]["state"], "free", "{json}");
+    assert_eq!(json["holders"].as_array().map(Vec::len), Some(2), "{json}");
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!(
+            "{url}: 2 of 3 slots held\n  slot 1: held (exclusive) by pid {} `sh -c",
+            holders[0].2
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "\n  slot 2: held (exclusive) by pid {} `sh -c",
+            holders[1].2
+        )),
+        "{text}"
+    );
+    assert!(text.contains("\n  slot 3: free"), "{text}");
+    release_all(holders);
+    lockrun().args(["check", "-q", &url]).assert().code(1);
+    assert_eq!(holder_json(&url)["state"], "free");
+}
+
+// ------------------------------------------------------------- PgBouncer
+
+/// A PgBouncer in front of `pg` on a free loopback port, run as nobody
+/// (it refuses root): database `postgres` in session pooling, `txpool` the
+/// same database in transaction pooling with one server connection (so
+/// that its clients share it, as a busy pool's do). Stopped when dropped.
+struct Bouncer {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Bouncer {
+    fn start(pg: &Server) -> Option<Bouncer> {
+        if !needs(
+            "pgbouncer",
+            "to test PostgreSQL lock URLs through a pooler (Debian: apt-get install pgbouncer)",
+        ) {
+            return None;
+        }
+        let dir = temp_dir();
+        chown_nobody(dir.path());
+        for _attempt in 0..5 {
+            let port = free_port();
+            let ini = dir.path().join("pgbouncer.ini");
+            std::fs::write(
+                &ini,
+                format!(
+                    "[databases]\n\
+                     postgres = host=127.0.0.1 port={pg} dbname=postgres user=postgres pool_mode=session\n\
+                     txpool = host=127.0.0.1 port={pg} dbname=postgres user=postgres pool_mode=transaction pool_size=1\n\
+                     [pgbouncer]\n\
+                     listen_addr = 127.0.0.1\n\
+                     listen_port = {port}\n\
+                     unix_socket_dir =\n\
+                     auth_type = any\n\
+                     max_client_conn = 50\n\
+                     default_pool_size = 10\n\
+                     logfile = {log}\n",
+                    pg = pg.port,
+                    log = dir.path().join("log").display()
+                ),
+            )
+            .expect("write pgbouncer.ini");
+            let mut child = Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "pgbouncer",
+                ])
+                .arg(&ini)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start pgbouncer");
+            let deadline = std::time::Instant::now() + BOUND;
+            loop {
+                let ready = Command::new(bin_dir().expect("bin").join("pg_isready"))
+                    .args([
+                        "-q",
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        &port.to_string(),
+                        "-d",
+                        "postgres",
+                    ])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if ready {
+                    return Some(Bouncer {
+                        port,
+                        child,
+                        _dir: dir,
+                    });
+                }
+                if child.try_wait().ok().flatten().is_some() {
+                    break; // lost the port: try another
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "pgbouncer never became ready"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("pgbouncer did not start");
+    }
+
+    fn url(&self, db: &str, name: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable#{name}",
+            self.port
+        )
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn through_pgbouncer_in_session_pooling_the_lock_works_end_to_end() {
+    let Some(pg) = shared() else { return };
+    let Some(bouncer) = Bouncer::start(pg) else {
+        return;
+    };
+    let url = bouncer.url("postgres", "pooled");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; exec sleep 60");
+    let command: i32 = words[0].parse().expect("pid");
+    assert_eq!(pg.holders("pooled"), 1);
+    // Excluded, through the pooler and directly.
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains(&format!("pid {command}")), "{stderr}");
+    lockrun()
+        .args(["-n", &pg.url("pooled"), "true"])
+        .assert()
+        .code(75);
+    assert_eq!(holder_json(&url)["record"]["pid"], command);
+    // kill -9 of lockrun: the pooler resets the server connection it gave
+    // back (DISCARD ALL), which frees the lock; the command dies too.
+    kill(holder.pid(), "KILL");
+    let _ = holder.wait_exit(BOUND);
+    wait_for("the command to die with lockrun", || process_gone(command));
+    lockrun()
+        .args(["-w", "10", &url, "true"])
+        .assert()
+        .success();
+    assert_eq!(pg.holders("pooled"), 0);
+}
+
+#[test]
+fn through_pgbouncer_in_transaction_pooling_the_lock_is_refused() {
+    let Some(pg) = shared() else { return };
+    let Some(bouncer) = Bouncer::start(pg) else {
+        return;
+    };
+    let url = bouncer.url("txpool", "tx-pooled");
+    for args in [vec![], vec!["-n"], vec!["--slots", "2"]] {
+        let out = lockrun()
+            .args(&args)
+            .args([&url, "sh", "-c", "echo ran"])
+            .output()
+            .expect("run lockrun");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: the command ran");
+        assert!(
+            stderr.contains("connection pooler in transaction or statement mode"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            pg.holders("tx-pooled"),
+            0,
+            "{args:?}: the lock is left held"
+        );
+    }
+}

@@ -32,7 +32,8 @@ mod reading {
     use crate::backend::postgres::PgUrl;
     use crate::backend::postgres::connect::{self, Target};
     use crate::backend::postgres::lock::literal;
-    use crate::backend::postgres::sessions::sessions;
+    use crate::backend::postgres::sessions::{PgSession, SlotSessions, sessions, slot_sessions};
+    use crate::backend::postgres::slots;
     use crate::display;
     use crate::exit_codes::{self, Failure};
     use crate::inspect::{Holder, PgLock, Report, State};
@@ -70,12 +71,23 @@ mod reading {
                 );
             }
         };
-        let sql = format!("SELECT hashtextextended({}, 0)", literal(&url.name));
-        let key = match client.simple_query(&sql) {
-            Ok(answer) => answer.iter().find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i64>().ok()),
-                _ => None,
-            }),
+        let name = literal(&url.name);
+        // The key, and the N that --slots contenders announce, if any.
+        let sql = format!(
+            "SELECT hashtextextended({name}, 0), {}",
+            slots::announced_sql(&name)
+        );
+        let (key, n) = match client.simple_query(&sql) {
+            Ok(answer) => answer
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => Some((
+                        row.get(0).and_then(|v| v.parse::<i64>().ok()),
+                        row.get(1).and_then(|v| v.parse::<u16>().ok()),
+                    )),
+                    _ => None,
+                })
+                .unwrap_or_default(),
             Err(e) => return unknown(report, connect::explain(&e)),
         };
         let Some(key) = key else {
@@ -85,6 +97,21 @@ mod reading {
             Ok(found) => found,
             Err(e) => return unknown(report, connect::explain(&e)),
         };
+        if let Some(n) = n {
+            return match slot_sessions(&mut client, &name, n) {
+                // The head and the queue behind it wait on the queue key.
+                Ok(held) => with_slots(report, key, n, found.len(), &held),
+                Err(e) => unknown(report, connect::explain(&e)),
+            };
+        }
+        report.waiting = found.iter().filter(|s| !s.granted).count();
+        describe_holder(&mut report, key, found.iter().find(|s| s.granted));
+        report
+    }
+
+    /// The report's holder, record and session from the session holding
+    /// `key` (none: free).
+    fn describe_holder(report: &mut Report, key: i64, holder: Option<&PgSession>) {
         let mut pg = PgLock {
             key,
             backend_pid: None,
@@ -93,8 +120,7 @@ mod reading {
             client_addr: None,
             backend_start: None,
         };
-        report.waiting = found.iter().filter(|s| !s.granted).count();
-        if let Some(holder) = found.iter().find(|s| s.granted) {
+        if let Some(holder) = holder {
             report.state = State::Held;
             report.record = holder.record();
             report.record_holder_alive = Some(true);
@@ -118,6 +144,48 @@ mod reading {
             pg.backend_start = holder.backend_start.clone();
         }
         report.postgres = Some(pg);
+    }
+
+    /// `--slots N`: a report per slot (as for a lock file's slots), each
+    /// with its own key and holding session; held when any slot is.
+    fn with_slots(
+        mut report: Report,
+        queue: i64,
+        n: u16,
+        queued: usize,
+        found: &[SlotSessions],
+    ) -> Report {
+        let mut slots = Vec::with_capacity(usize::from(n));
+        for k in 1..=n {
+            // Holders come first in each slot's rows.
+            let Some(first) = found.iter().find(|s| s.slot == k) else {
+                report.state = State::Unknown;
+                report.reason = Some(format!("the server did not list slot {k}"));
+                return report;
+            };
+            let mut slot = Report::free(format!("{} slot {k}", report.path));
+            let holder = first.session.as_ref().filter(|p| p.granted);
+            describe_holder(&mut slot, first.key, holder);
+            slots.push(slot);
+        }
+        // The queue's key: the head of the queue holds it, the rest wait.
+        report.postgres = Some(PgLock {
+            key: queue,
+            backend_pid: None,
+            application_name: None,
+            user: None,
+            client_addr: None,
+            backend_start: None,
+        });
+        report.state = if slots.iter().any(|s| s.state == State::Held) {
+            State::Held
+        } else {
+            State::Free
+        };
+        report.holders = slots.iter().flat_map(|s| s.holders.clone()).collect();
+        report.waiting = queued;
+        report.slots = Some(n);
+        report.slot_reports = Some(slots);
         report
     }
 }

@@ -212,6 +212,25 @@ impl Target {
             .tcp_user_timeout(ttl);
     }
 
+    /// Whether something stands between lockrun and the server (a pooler,
+    /// a proxy, a mapped port): the server's own port (`inet_server_port()`,
+    /// none over a Unix socket) is not one lockrun dialled.
+    pub fn behind_a_proxy(&self, server_port: Option<u16>) -> bool {
+        use postgres::config::Host;
+        let unix = self
+            .config
+            .get_hosts()
+            .iter()
+            .all(|h| matches!(h, Host::Unix(_)));
+        let dialled = self.config.get_ports();
+        match server_port {
+            None => false,
+            Some(_) if unix => true,
+            Some(port) if dialled.is_empty() => port != 5432,
+            Some(port) => !dialled.contains(&port),
+        }
+    }
+
     pub fn connect(&self) -> Result<Client, postgres::Error> {
         match &self.tls {
             Tls::None => self.config.connect(NoTls),

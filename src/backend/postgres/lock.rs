@@ -11,16 +11,53 @@
 use super::RunOptions;
 use super::connect::{self, Target};
 use super::session::{self, Session};
+use super::slots::{self, Entry};
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::record::Record;
 use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{CancelToken, Client, SimpleQueryMessage};
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A setting lockrun gives its server session, unique to the run: a
+/// session that already has one when lockrun connects was handed over from
+/// another client, which only a pooler in transaction or statement mode
+/// does (a session-mode pool resets the session, DISCARD ALL, between
+/// clients; a direct connection is a new session). Such a pooler runs
+/// other clients' statements in the session holding our lock, and their
+/// `pg_try_advisory_lock` succeeds in it: nothing is taken then.
+pub const SESSION_MARK: &str = "lockrun.session";
+
+/// While a statement of ours runs (a wait), the server checks every second
+/// whether we are still connected (PostgreSQL 14 or later; NULL before),
+/// and ends a wait whose client is gone.
+const CHECK_CLIENT: &str = "CASE WHEN current_setting('server_version_num')::int >= 140000 \
+     THEN set_config('client_connection_check_interval', '1000', false) END";
+
+/// Why a session shared between clients is refused.
+pub const POOLER: &str = "a connection pooler in transaction or statement mode (PgBouncer's pool_mode = transaction) shares server sessions between clients, which breaks session advisory locks: connect directly or through a session-mode pool";
+
+/// Whether another connection through the same pooler lands in our server
+/// session (it sees our mark): a pooler in transaction mode, found even
+/// when lockrun is its only client. Asked only when the server's port is
+/// not the one lockrun dialled (something stands between).
+fn shares_sessions(target: &Target, mark: &str) -> bool {
+    let Ok(mut probe) = target.connect() else {
+        return false;
+    };
+    let seen = probe
+        .simple_query(&format!("SELECT current_setting('{SESSION_MARK}', true)"))
+        .ok()
+        .and_then(|answer| first_value(&answer))
+        .and_then(|row| row.into_iter().next().flatten());
+    seen.as_deref() == Some(mark)
+}
 
 /// pg_locks shows a bigint advisory key as two oids: the high and the low
 /// 32 bits.
@@ -73,12 +110,16 @@ pub fn server_keepalive(ttl: Duration) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The connection the waiting thread hands back, with the fencing token
+/// taken with the lock.
+type Returned = (Client, Option<i64>);
+
 pub struct PgBackend {
     target: Target,
     /// Ours while not lent to the waiting thread.
     client: Option<Client>,
     /// Where the waiting thread hands the connection back.
-    returned: Arc<Mutex<Option<Client>>>,
+    returned: Arc<Mutex<Option<Returned>>>,
     cancel: CancelToken,
     /// A second connection for naming the holder while ours waits.
     side: Option<Client>,
@@ -88,10 +129,106 @@ pub struct PgBackend {
     backend_pid: i32,
     /// The answer of the attempt made while connecting, not yet asked for.
     first_try: Option<bool>,
+    /// The fencing token, taken in the statement that took the lock.
+    token: Option<i64>,
+    /// The server ends our session's statement soon after our connection
+    /// closes (`CHECK_CLIENT`): a waiter that ends without a cancel request
+    /// leaves no waiting session behind for long.
+    checks_client: bool,
     comment: String,
     ttl: Duration,
     kill_grace: Duration,
     verbose: bool,
+    /// `--slots N`.
+    slots: Option<Slots>,
+}
+
+/// A contender for one of N slots (see `super::slots`).
+struct Slots {
+    n: u16,
+    /// The lock's name as an SQL literal.
+    name: String,
+    /// Holding the queue key: the head of the queue.
+    head: bool,
+    /// Never queues (`-n`, `-w 0`): answers from the slots themselves.
+    direct: bool,
+    /// The slot taken and its key, once one is.
+    chosen: Arc<Mutex<Option<(u16, i64)>>>,
+    /// The wait ended (deadline, signal): the head stops sleeping.
+    stop: Arc<AtomicBool>,
+}
+
+impl Slots {
+    fn entry(&self) -> Entry {
+        if self.head {
+            Entry::Head
+        } else if self.direct {
+            Entry::Direct
+        } else {
+            Entry::Queue
+        }
+    }
+
+    fn chosen(&self) -> Option<(u16, i64)> {
+        *self.chosen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What one attempt at the slots answered.
+struct Take {
+    /// Another N announced, and the server pid of a session announcing it.
+    other: Option<(u16, i32)>,
+    head: bool,
+    slot: Option<(u16, i64)>,
+    /// The fencing token, taken with the slot.
+    token: Option<i64>,
+}
+
+fn take_answer(row: &[Option<String>]) -> Option<Take> {
+    let value = |i: usize| row.get(i).cloned().flatten();
+    let other = value(0)
+        .and_then(|n| n.parse().ok())
+        .zip(value(1).and_then(|p| p.parse().ok()));
+    let slot = value(3)
+        .and_then(|k| k.parse().ok())
+        .zip(value(4).and_then(|k| k.parse().ok()));
+    Some(Take {
+        other,
+        head: value(2)? == "t",
+        slot,
+        token: value(5).and_then(|t| t.parse().ok()),
+    })
+}
+
+/// Every row of a simple query's answer, statement after statement.
+fn all_rows(answer: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+    answer
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The usage error for contenders that disagree on N: `ours` is what this
+/// one gave (`None`: no --slots), `theirs` what `who` announced.
+fn disagree(label: &str, ours: Option<u16>, theirs: u16, who: &str) -> Failure {
+    let ours = match ours {
+        Some(n) => format!("--slots {n}"),
+        None => "without --slots".to_owned(),
+    };
+    Failure::new(
+        exit_codes::USAGE,
+        format!(
+            "{label} is used with --slots {theirs} (set by {who}), not {ours}: \
+             every contender must give the same number"
+        ),
+    )
 }
 
 fn unavailable(label: &str, why: &str) -> Failure {
@@ -141,33 +278,127 @@ impl PgBackend {
         })?;
         let record = opts.waiting_record();
         let comment = comment(&record);
+        let name = literal(&opts.url.name);
+        let waits = !opts.nonblocking && opts.timeout != Some(Duration::ZERO);
         // One round trip: the key, our server pid, the server-side
         // keepalives (set_config rather than startup options, which
         // PgBouncer refuses) and the first attempt. A simple query (the
         // name as a literal) rather than a prepared one, which costs three.
-        let mut sql = format!("{comment}SELECT k, pg_backend_pid(), pg_try_advisory_lock(k)");
+        // A plain contender also reads whether --slots contenders use the
+        // name; one with --slots says its N first, then looks (another
+        // statement of the same round trip).
+        // The fencing token comes with the lock, in the same statement.
+        let first = match opts.slots {
+            None => format!(
+                "CASE WHEN pg_try_advisory_lock(k) THEN txid_current() END, {}",
+                slots::announced_sql(&name)
+            ),
+            Some(n) => format!("{}, NULL", slots::announce_sql(&name, n)),
+        };
+        // Our mark on the server session, for finding a pooler that shares
+        // one between clients (see `SESSION_MARK`). Nothing is taken when
+        // the session already has another client's.
+        let mark = format!(
+            "{} {}",
+            application_name(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        );
+        let mut sql = format!(
+            "{comment}SELECT k, pg_backend_pid(), {first}, inet_server_port(), \
+             set_config('{SESSION_MARK}', {}, false), {CHECK_CLIENT}",
+            literal(&mark)
+        );
         for (name, value) in server_keepalive(ttl) {
             sql.push_str(&format!(", set_config('{name}', '{value}', false)"));
         }
         sql.push_str(&format!(
-            " FROM (SELECT hashtextextended({}, 0) AS k) AS key",
-            literal(&opts.url.name)
+            " FROM (SELECT hashtextextended({name}, 0) AS k) AS key \
+             WHERE coalesce(current_setting('{SESSION_MARK}', true), '') = ''"
         ));
+        let entry = if waits { Entry::Queue } else { Entry::Direct };
+        if let Some(n) = opts.slots {
+            let queue = format!("hashtextextended({name}, 0)");
+            sql.push_str("; ");
+            sql.push_str(&comment);
+            sql.push_str(&slots::take_sql(&name, &queue, n, entry, Some(&mark)));
+        }
         let answer = client
             .simple_query(&sql)
             .map_err(|e| unavailable(label, &connect::explain(&e)))?;
-        let row = first_value(&answer).unwrap_or_default();
+        let rows = all_rows(&answer);
+        // No row from the first statement: the session bore another
+        // client's mark.
+        if rows.len() < 1 + usize::from(opts.slots.is_some()) {
+            return Err(unavailable(label, POOLER));
+        }
+        let row = rows.first().cloned().unwrap_or_default();
         let value = |i: usize| row.get(i).cloned().flatten();
-        let (Some(key), Some(backend_pid), Some(got)) = (
+        let server_port = value(4).and_then(|v| v.parse::<u16>().ok());
+        let checks_client = value(6).is_some();
+        let (Some(key), Some(backend_pid)) = (
             value(0).and_then(|v| v.parse::<i64>().ok()),
             value(1).and_then(|v| v.parse::<i32>().ok()),
-            value(2),
         ) else {
             return Err(unavailable(
                 label,
                 "the server's answer to the first attempt is malformed",
             ));
         };
+        let malformed = || {
+            unavailable(
+                label,
+                "the server's answer to the first attempt is malformed",
+            )
+        };
+        let (token, slot_state) = match opts.slots {
+            None => {
+                if let Some(theirs) = value(3).and_then(|v| v.parse::<u16>().ok()) {
+                    return Err(disagree(
+                        label,
+                        None,
+                        theirs,
+                        &announcer(&mut client, &name, None),
+                    ));
+                }
+                (value(2).and_then(|v| v.parse::<i64>().ok()), None)
+            }
+            Some(n) => {
+                let take = rows
+                    .get(1)
+                    .and_then(|r| take_answer(r))
+                    .ok_or_else(malformed)?;
+                if let Some((theirs, _)) = take.other {
+                    return Err(disagree(
+                        label,
+                        Some(n),
+                        theirs,
+                        &announcer(&mut client, &name, Some(n)),
+                    ));
+                }
+                let state = Slots {
+                    n,
+                    name: name.clone(),
+                    head: entry == Entry::Queue && take.head && take.slot.is_none(),
+                    direct: entry == Entry::Direct,
+                    chosen: Arc::new(Mutex::new(take.slot)),
+                    stop: Arc::new(AtomicBool::new(false)),
+                };
+                if take.slot.is_some() && take.token.is_none() {
+                    return Err(malformed());
+                }
+                (take.token, Some(state))
+            }
+        };
+        if target.behind_a_proxy(server_port) && shares_sessions(&target, &mark) {
+            // Let go of what our shared session took, and of our mark.
+            let _ = client.simple_query(&format!(
+                "SELECT pg_advisory_unlock_all(), set_config('{SESSION_MARK}', '', false)"
+            ));
+            return Err(unavailable(label, POOLER));
+        }
         let cancel = client.cancel_token();
         Ok(PgBackend {
             target,
@@ -179,11 +410,14 @@ impl PgBackend {
             label: label.to_owned(),
             key,
             backend_pid,
-            first_try: Some(got == "t"),
+            checks_client,
+            first_try: Some(token.is_some()),
+            token,
             comment,
             ttl,
             kill_grace: opts.kill_grace,
             verbose: opts.verbose,
+            slots: slot_state,
         })
     }
 
@@ -191,11 +425,145 @@ impl PgBackend {
         unavailable(&self.label, why)
     }
 
+    /// The fencing token, when the statement that took the lock did not
+    /// bring it; with proof that the lock stayed with our session.
+    fn fencing_token(&self, client: &mut Client, key: i64) -> Result<i64, Failure> {
+        let sql = format!(
+            "{}SELECT txid_current(), ({})",
+            self.comment,
+            session::holds_sql(key)
+        );
+        // A cancel request sent as the wait ended may land on this
+        // statement instead of the wait it was meant for: try again.
+        let mut attempts = 0;
+        let row = loop {
+            attempts += 1;
+            match client.simple_query(&sql) {
+                Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) && attempts < 3 => {}
+                other => break other.map_err(|e| self.failure(&connect::explain(&e)))?,
+            }
+        };
+        let row = first_value(&row).unwrap_or_default();
+        let value = |i: usize| {
+            row.get(i)
+                .cloned()
+                .flatten()
+                .and_then(|v| v.parse::<i64>().ok())
+        };
+        let (Some(token), Some(holds)) = (value(0), value(1)) else {
+            return Err(self.failure("the server's answer to the fencing-token query is malformed"));
+        };
+        if holds != 1 {
+            return Err(self.failure(POOLER));
+        }
+        Ok(token)
+    }
+
     fn take_returned(&mut self) -> Option<Client> {
-        self.returned
+        let (client, token) = self
+            .returned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
+            .take()?;
+        if token.is_some() {
+            self.token = token;
+        }
+        Some(client)
+    }
+}
+
+/// Who announced an N other than `ours`, in the conflict message's words.
+fn announcer(client: &mut Client, name: &str, ours: Option<u16>) -> String {
+    super::sessions::announcers(client, name)
+        .ok()
+        .and_then(|found| found.into_iter().find(|(n, _)| Some(*n) != ours))
+        .map_or_else(
+            || "a session that has gone since".to_owned(),
+            |(_, session)| session.describe(),
+        )
+}
+
+/// The head's wait for a slot, on the waiting thread: queue, LISTEN, then
+/// try the slots each time a notification comes or `RECHECK` passes.
+struct HeadWait {
+    comment: String,
+    name: String,
+    queue: i64,
+    n: u16,
+    head: bool,
+    chosen: Arc<Mutex<Option<(u16, i64)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// How often a sleeping head looks at its stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+impl HeadWait {
+    /// The fencing token of the slot taken; `Ok(None)`: stopped before a
+    /// slot was free.
+    fn run(self, client: &mut Client) -> Result<Option<i64>, postgres::Error> {
+        // Listening before the first look (LISTEN takes effect when its
+        // transaction commits, before the look): a release after that look
+        // cannot be missed. In the queue first: the server wakes us when
+        // the head before us has its slot (or gives up).
+        let queue = if self.head {
+            String::new()
+        } else {
+            format!("{}SELECT pg_advisory_lock({}); ", self.comment, self.queue)
+        };
+        client.simple_query(&format!("{queue}LISTEN \"{}\"", slots::channel(self.queue)))?;
+        let take = format!(
+            "{}{}",
+            self.comment,
+            slots::take_sql(
+                &self.name,
+                &self.queue.to_string(),
+                self.n,
+                Entry::Head,
+                None
+            )
+        );
+        loop {
+            let answer = client.simple_query(&take)?;
+            if let Some(take) = first_value(&answer).and_then(|r| take_answer(&r))
+                && let (Some(slot), Some(token)) = (take.slot, take.token)
+            {
+                *self.chosen.lock().unwrap_or_else(PoisonError::into_inner) = Some(slot);
+                return Ok(Some(token));
+            }
+            if !self.sleep(client)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Sleeps on the connection until a notification, `RECHECK`, or the
+    /// stop flag (false).
+    fn sleep(&self, client: &mut Client) -> Result<bool, postgres::Error> {
+        let until = Instant::now() + slots::RECHECK;
+        loop {
+            if self.stop.load(SeqCst) {
+                return Ok(false);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(true);
+            }
+            let mut notes = client.notifications();
+            if notes.timeout_iter(left.min(STOP_CHECK)).next()?.is_some() {
+                // Several releases at once: one look is enough.
+                while notes.iter().next()?.is_some() {}
+                return Ok(true);
+            }
+        }
+    }
+}
+
+fn cancelled_or(e: &postgres::Error) -> String {
+    if e.code() == Some(&SqlState::QUERY_CANCELED) {
+        "the wait was cancelled".to_owned()
+    } else {
+        connect::explain(e)
     }
 }
 
@@ -215,14 +583,51 @@ impl Contender for PgBackend {
         if let Some(got) = self.first_try.take() {
             return Ok(got);
         }
-        let sql = format!("{}SELECT pg_try_advisory_lock({})", self.comment, self.key);
+        if let Some(state) = &self.slots {
+            let sql = format!(
+                "{}{}",
+                self.comment,
+                slots::take_sql(
+                    &state.name,
+                    &self.key.to_string(),
+                    state.n,
+                    state.entry(),
+                    None
+                )
+            );
+            let entry = state.entry();
+            let Some(client) = self.client.as_mut() else {
+                return Err(self.failure("the connection is busy"));
+            };
+            let answer = client
+                .simple_query(&sql)
+                .map_err(|e| self.failure(&connect::explain(&e)))?;
+            let take = first_value(&answer)
+                .and_then(|r| take_answer(&r))
+                .ok_or_else(|| self.failure("the server's answer to an attempt is malformed"))?;
+            if let Some(state) = self.slots.as_mut() {
+                *state.chosen.lock().unwrap_or_else(PoisonError::into_inner) = take.slot;
+                if entry == Entry::Queue {
+                    state.head = take.head && take.slot.is_none();
+                }
+            }
+            self.token = take.token;
+            return Ok(take.slot.is_some() && take.token.is_some());
+        }
+        let sql = format!(
+            "{}SELECT CASE WHEN pg_try_advisory_lock({}) THEN txid_current() END",
+            self.comment, self.key
+        );
         let Some(client) = self.client.as_mut() else {
             return Err(self.failure("the connection is busy"));
         };
         match client.simple_query(&sql) {
-            Ok(answer) => Ok(first_value(&answer)
-                .and_then(|row| row.into_iter().next().flatten())
-                .is_some_and(|v| v == "t")),
+            Ok(answer) => {
+                self.token = first_value(&answer)
+                    .and_then(|row| row.into_iter().next().flatten())
+                    .and_then(|v| v.parse().ok());
+                Ok(self.token.is_some())
+            }
             Err(e) => Err(self.failure(&connect::explain(&e))),
         }
     }
@@ -234,26 +639,63 @@ impl Contender for PgBackend {
         let Some(mut client) = self.client.take() else {
             return Err(self.failure("the connection is busy"));
         };
-        let sql = format!("{}SELECT pg_advisory_lock({})", self.comment, self.key);
         let returned = Arc::clone(&self.returned);
         let label = self.label.clone();
+        if let Some(state) = &self.slots {
+            let wait = HeadWait {
+                comment: self.comment.clone(),
+                name: state.name.clone(),
+                queue: self.key,
+                n: state.n,
+                head: state.head,
+                chosen: Arc::clone(&state.chosen),
+                stop: Arc::clone(&state.stop),
+            };
+            return Ok(Box::new(move || match wait.run(&mut client) {
+                Ok(None) => Err(unavailable(&label, "the wait was cancelled")),
+                Ok(Some(token)) => {
+                    *returned.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some((client, Some(token)));
+                    Ok(())
+                }
+                Err(e) => Err(unavailable(&label, &cancelled_or(&e))),
+            }));
+        }
+        // The fencing token in the same statement, once the lock is ours
+        // (the subquery, fenced by OFFSET 0, yields its row only then): no
+        // round trip between the server's wake-up and the command.
+        let sql = format!(
+            "{}SELECT txid_current() FROM (SELECT pg_advisory_lock({}) OFFSET 0) AS locked",
+            self.comment, self.key
+        );
         Ok(Box::new(move || match client.simple_query(&sql) {
-            Ok(_) => {
-                *returned.lock().unwrap_or_else(PoisonError::into_inner) = Some(client);
+            Ok(answer) => {
+                let token = first_value(&answer)
+                    .and_then(|row| row.into_iter().next().flatten())
+                    .and_then(|v| v.parse().ok());
+                *returned.lock().unwrap_or_else(PoisonError::into_inner) = Some((client, token));
                 Ok(())
             }
-            Err(e) => {
-                let why = if e.code() == Some(&SqlState::QUERY_CANCELED) {
-                    "the wait was cancelled".to_owned()
-                } else {
-                    connect::explain(&e)
-                };
-                Err(unavailable(&label, &why))
-            }
+            Err(e) => Err(unavailable(&label, &cancelled_or(&e))),
         }))
     }
 
+    fn block_here(&mut self) -> Option<Result<(), Failure>> {
+        // Waiting for ever with nothing to show: the wait runs on the main
+        // thread, one thread hop less between the server's wake-up and the
+        // command. A signal then ends lockrun from its handler, with no
+        // cancel request: the server notices the closed connection within
+        // a second (`checks_client`), so only where it does.
+        if !self.checks_client {
+            return None;
+        }
+        Some(self.blocking().and_then(|wait| wait()))
+    }
+
     fn interrupt(&mut self) {
+        if let Some(state) = &self.slots {
+            state.stop.store(true, SeqCst);
+        }
         // A cancel request opens a connection of its own, which may take
         // as long as connecting does: sent from a thread of its own.
         let target = self.target.clone();
@@ -266,7 +708,10 @@ impl Contender for PgBackend {
     fn undo(&mut self) {
         // Released before lockrun exits (closing alone would release it
         // only once the server notices).
-        let unlock = format!("SELECT pg_advisory_unlock({})", self.key);
+        let unlock = match &self.slots {
+            Some(_) => slots::release_sql(self.key),
+            None => format!("SELECT pg_advisory_unlock({})", self.key),
+        };
         if let Some(mut client) = self.take_returned().or_else(|| self.client.take()) {
             let _ = client.simple_query(&unlock);
         }
@@ -282,6 +727,24 @@ impl Contender for PgBackend {
                 self.side.as_mut()?
             }
         };
+        if let Some(state) = &self.slots {
+            let found = super::sessions::slot_sessions(client, &state.name, state.n).ok()?;
+            let held: Vec<String> = found
+                .iter()
+                .filter_map(|s| {
+                    let session = s.session.as_ref().filter(|p| p.granted)?;
+                    Some(format!("slot {}: {}", s.slot, session.describe()))
+                })
+                .collect();
+            return Some(if held.is_empty() {
+                format!(
+                    "{} commands, one per slot (they released a moment ago)",
+                    state.n
+                )
+            } else {
+                format!("{} commands, one per slot ({})", state.n, held.join("; "))
+            });
+        }
         let sessions = super::sessions::sessions(client, self.key).ok()?;
         let holding = sessions.into_iter().find(|s| s.granted);
         Some(match holding {
@@ -309,76 +772,69 @@ impl Backend for PgBackend {
         let Some(mut client) = self.client.take().or_else(|| self.take_returned()) else {
             return Err(self.failure("the connection that took the lock is gone"));
         };
-        // The fencing token, and proof that the lock stayed with our
-        // session: behind a pooler in transaction mode the next statement
-        // may run in another server session, which holds nothing.
-        let sql = format!(
-            "{}SELECT txid_current(), pg_backend_pid(), ({})",
-            self.comment,
-            session::holds_sql(self.key)
-        );
-        // A cancel request sent as the wait ended may land on this
-        // statement instead of the wait it was meant for: try again.
-        let mut attempts = 0;
-        let row = loop {
-            attempts += 1;
-            match client.simple_query(&sql) {
-                Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) && attempts < 3 => {}
-                other => break other.map_err(|e| self.failure(&connect::explain(&e)))?,
-            }
-        };
-        let row = first_value(&row).unwrap_or_default();
-        let value = |i: usize| {
-            row.get(i)
-                .cloned()
-                .flatten()
-                .and_then(|v| v.parse::<i64>().ok())
-        };
-        let (Some(token), Some(pid), Some(holds)) = (value(0), value(1), value(2)) else {
-            return Err(self.failure("the server's answer to the fencing-token query is malformed"));
-        };
-        if holds != 1 {
-            return Err(self.failure(
-                "the lock did not stay with our session: is lockrun connected through a pooler in transaction or statement mode (PgBouncer)? Session advisory locks need a direct connection or a session-mode pool",
-            ));
+        let slot = self.slots.as_ref().and_then(Slots::chosen);
+        if self.slots.is_some() && slot.is_none() {
+            return Err(self.failure("lost track of the slot taken"));
         }
-        if pid != i64::from(self.backend_pid) {
-            eprintln!(
-                "lockrun: warning: our statements ran in two server sessions (pids {} and {pid}): a connection pooler in transaction mode cannot keep a session lock",
-                self.backend_pid
-            );
-        }
+        let key = slot.map_or(self.key, |(_, key)| key);
+        let token = match self.token {
+            // Taken with the lock, in the same statement.
+            Some(token) => token,
+            None => self.fencing_token(&mut client, key)?,
+        };
+        let pid = self.backend_pid;
         if verbose || self.verbose {
+            let what = match (slot, &self.slots) {
+                (Some((k, _)), Some(state)) => format!("slot {k} of {} of the lock", state.n),
+                _ => "the lock".to_owned(),
+            };
             eprintln!(
-                "lockrun: took the lock {} (key {}, fencing token {token}, server pid {pid} on {}, TTL {}s)",
+                "lockrun: took {what} {} (key {key}, fencing token {token}, server pid {pid} on {}, TTL {}s)",
                 display::escape(&self.name),
-                self.key,
                 display::escape(&self.target.describe),
                 self.ttl.as_secs()
             );
         }
+        // A head was listening for releases; it stops with the first check
+        // (off the path to the command).
+        let (release, unlisten) = match slot {
+            Some(_) => (slots::release_sql(self.key), "UNLISTEN *; "),
+            None => (format!("SELECT pg_advisory_unlock({key})"), ""),
+        };
         let session = Session::start(
             client,
-            self.key,
+            key,
             self.comment.clone(),
+            release,
+            unlisten,
             self.ttl,
             self.kill_grace,
         );
-        Ok(PgHeld { session, token })
+        Ok(PgHeld {
+            session,
+            token,
+            slot: slot.map(|(k, _)| k),
+        })
     }
 }
 
 pub struct PgHeld {
     session: Session,
     token: i64,
+    /// `--slots`: the slot held, for `LOCKRUN_SLOT`.
+    slot: Option<u16>,
 }
 
 impl Held for PgHeld {
     fn env(&self) -> Vec<(&'static str, OsString)> {
-        vec![(
+        let mut env = vec![(
             "LOCKRUN_FENCING_TOKEN",
             OsString::from(self.token.to_string()),
-        )]
+        )];
+        if let Some(slot) = self.slot {
+            env.push(("LOCKRUN_SLOT", OsString::from(slot.to_string())));
+        }
+        env
     }
 
     fn dies_with_lockrun(&self) -> bool {

@@ -36,6 +36,8 @@ pub mod lock;
 pub mod session;
 #[cfg(feature = "postgres")]
 pub mod sessions;
+#[cfg(feature = "postgres")]
+pub mod slots;
 
 use crate::exit_codes::Failure;
 use std::fmt;
@@ -49,7 +51,7 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     poll: false,
     lease: true,
     byte_ranges: false,
-    slots: false,
+    slots: true,
     stays_to: "keep the connection",
     woken_by: "the server itself",
 };

@@ -20,7 +20,8 @@ use postgres::{Client, SimpleQueryMessage};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long finishing may wait for the pinger to close the connection.
+/// How long finishing may wait for a check in flight to hand the
+/// connection back.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct State {
@@ -32,7 +33,8 @@ struct State {
     valid_until: Instant,
     command: lost::Command,
     lost: Option<String>,
-    closed: bool,
+    /// The connection, while no check is in flight.
+    client: Option<Client>,
 }
 
 type Shared = Guarded<State>;
@@ -40,6 +42,17 @@ type Shared = Guarded<State>;
 pub struct Session {
     shared: &'static Shared,
     watcher: Option<JoinHandle<()>>,
+    /// The statement that lets go of the lock.
+    release: String,
+    /// What the threads need, until they are started.
+    threads: Option<Threads>,
+}
+
+struct Threads {
+    key: i64,
+    first: &'static str,
+    ttl: Duration,
+    grace: Duration,
 }
 
 /// What the pinger asks: does our session still hold the lock?
@@ -53,11 +66,15 @@ pub fn holds_sql(key: i64) -> String {
 }
 
 impl Session {
-    /// Starts watching `client`, whose session holds the lock on `key`.
+    /// Starts watching `client`, whose session holds the lock on `key`;
+    /// `release` is the statement that lets go of it, `first` a statement
+    /// to run with the first check.
     pub fn start(
         client: Client,
         key: i64,
         comment: String,
+        release: String,
+        first: &'static str,
         ttl: Duration,
         grace: Duration,
     ) -> Session {
@@ -70,11 +87,37 @@ impl Session {
             valid_until: Instant::now() + ttl,
             command: lost::Command::default(),
             lost: None,
-            closed: false,
+            client: Some(client),
         })));
+        Session {
+            shared,
+            watcher: None,
+            release,
+            threads: Some(Threads {
+                key,
+                first,
+                ttl,
+                grace,
+            }),
+        }
+    }
+
+    /// Starts the threads, once the command runs: not before, where they
+    /// would stand between the lock and the command's start.
+    fn launch(&mut self) {
+        let Some(Threads {
+            key,
+            first,
+            ttl,
+            grace,
+        }) = self.threads.take()
+        else {
+            return;
+        };
+        let shared = self.shared;
         let pinger = std::thread::Builder::new()
             .name("pg-ping".into())
-            .spawn(move || ping(shared, client, key, ttl));
+            .spawn(move || ping(shared, key, first, ttl));
         let watcher = std::thread::Builder::new()
             .name("pg-watch".into())
             .spawn(move || watch(shared, grace))
@@ -82,7 +125,7 @@ impl Session {
         if pinger.is_err() || watcher.is_none() {
             shared.lock().lost = Some("cannot start the threads that watch the connection".into());
         }
-        Session { shared, watcher }
+        self.watcher = watcher;
     }
 
     /// The record changed: carry it in the next check, which is now.
@@ -97,9 +140,10 @@ impl Session {
         self.shared.lock().lost.clone()
     }
 
-    pub fn command_started(&self, pid: i32) {
+    pub fn command_started(&mut self, pid: i32) {
         self.shared.lock().command.started(pid);
         self.shared.notify();
+        self.launch();
     }
 
     pub fn command_exited(&self) {
@@ -107,18 +151,40 @@ impl Session {
         self.shared.notify();
     }
 
-    /// Stops watching and closes the connection (which releases the lock);
+    /// Stops watching, lets go of the lock and closes the connection;
     /// returns why the lock was lost, if it was.
     pub fn finish(mut self) -> Option<String> {
         let mut state = self.shared.lock();
         state.stop = true;
         self.shared.notify();
         let until = Instant::now() + CLOSE_TIMEOUT;
-        while !state.closed && Instant::now() < until {
+        let client = loop {
+            if state.lost.is_some() {
+                break None;
+            }
+            if let Some(client) = state.client.take() {
+                break Some(client);
+            }
+            // A check in flight has it; a connection that hangs is left
+            // to the pinger (it ends with lockrun).
+            if Instant::now() >= until {
+                break None;
+            }
             state = self.shared.wait_until(state, until);
-        }
+        };
         let lost = state.lost.clone();
         drop(state);
+        // Ending the session releases the lock, but the server handles a
+        // closed connection after we are gone: a script's next `lockrun
+        // -n` could still find the lock held. Unlocking first makes the
+        // release happen before lockrun exits; on this thread, which is
+        // running anyway, rather than waking the pinger to do it (the
+        // waiter's command starts that much sooner). A network that died
+        // since the last check makes it fail after the TCP user timeout
+        // (the TTL) at most.
+        if let Some(mut client) = client {
+            let _ = client.simple_query(&self.release);
+        }
         if let Some(watcher) = self.watcher.take() {
             let _ = watcher.join();
         }
@@ -126,30 +192,40 @@ impl Session {
     }
 }
 
-fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
+/// The connection is taken from the state for each check and given back;
+/// `first` goes before the first check that succeeds.
+fn ping(shared: &'static Shared, key: i64, mut first: &'static str, ttl: Duration) {
     let interval = (ttl / 3).max(Duration::from_millis(100));
     let holds = holds_sql(key);
     let mut next = Instant::now() + interval;
     loop {
-        let comment = {
+        let (comment, mut client) = {
             let mut state = shared.lock();
             while !state.stop && !state.ping_now && Instant::now() < next {
                 state = shared.wait_until(state, next);
             }
             if state.stop {
-                break;
+                return;
             }
+            let Some(client) = state.client.take() else {
+                return;
+            };
             state.ping_now = false;
-            state.comment.clone()
+            (state.comment.clone(), client)
         };
         let sent = Instant::now();
-        let verdict = match client.simple_query(&format!("{comment}{holds}")) {
+        let verdict = match client.simple_query(&format!("{comment}{first}{holds}")) {
             Ok(answer) => match count(&answer) {
-                Some(1) => Ok(()),
+                Some(1) => {
+                    first = "";
+                    Ok(())
+                }
                 _ => Err("the server says our session no longer holds the lock".to_owned()),
             },
             // A late cancel request meant for the wait: the session is fine.
             Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
+                shared.lock().client = Some(client);
+                shared.notify();
                 next = Instant::now() + Duration::from_millis(50);
                 continue;
             }
@@ -160,27 +236,21 @@ fn ping(shared: &'static Shared, mut client: Client, key: i64, ttl: Duration) {
         };
         let mut state = shared.lock();
         match verdict {
-            Ok(()) => state.valid_until = state.valid_until.max(sent + ttl),
+            Ok(()) => {
+                state.valid_until = state.valid_until.max(sent + ttl);
+                state.client = Some(client);
+                shared.notify();
+            }
             Err(reason) => {
                 state.lost.get_or_insert(reason);
                 shared.notify();
-                break;
+                drop(state);
+                drop(client);
+                return;
             }
         }
         next = sent + interval;
     }
-    // Ending the session releases the lock, but the server handles a
-    // closed connection after we are gone: a script's next `lockrun -n`
-    // could still find the lock held. Unlocking first makes the release
-    // happen before lockrun exits.
-    if shared.lock().lost.is_none() {
-        let _ = client.simple_query(&format!("SELECT pg_advisory_unlock({key})"));
-    }
-    // Released: lockrun need not wait for the server to finish closing
-    // the session (milliseconds), nor for a connection that hangs.
-    shared.lock().closed = true;
-    shared.notify();
-    drop(client);
 }
 
 fn count(answer: &[SimpleQueryMessage]) -> Option<i64> {

@@ -47,37 +47,103 @@ impl PgSession {
     }
 }
 
+/// What every query below reads of a session, from `l` (pg_locks) and `a`
+/// (pg_stat_activity), in [`parse`]'s order.
+const COLUMNS: &str = "l.pid, l.granted, a.application_name, a.usename, host(a.client_addr), \
+     to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), a.query";
+
+/// pg_locks rows in the current database.
+const THIS_DATABASE: &str =
+    "l.database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
 fn sessions_sql(key: i64) -> String {
     let (classid, objid) = key_parts(key);
     format!(
-        "SELECT l.pid, l.granted, a.application_name, a.usename, host(a.client_addr), \
-         to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), a.query \
+        "SELECT {COLUMNS} \
          FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.classid = {classid} AND l.objid = {objid} \
-         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         ORDER BY l.granted DESC, l.pid"
+         AND {THIS_DATABASE} ORDER BY l.granted DESC, l.pid"
     )
+}
+
+/// A session from `row`, its columns from `from` on.
+fn parse(row: &postgres::SimpleQueryRow, from: usize) -> Option<PgSession> {
+    let text = |i: usize| row.get(from + i).map(str::to_owned);
+    Some(PgSession {
+        pid: row.get(from)?.parse().ok()?,
+        granted: row.get(from + 1) == Some("t"),
+        application_name: text(2),
+        user: text(3),
+        client_addr: text(4),
+        backend_start: text(5),
+        query: text(6),
+    })
+}
+
+fn rows(answer: &[SimpleQueryMessage]) -> impl Iterator<Item = &postgres::SimpleQueryRow> {
+    answer.iter().filter_map(|m| match m {
+        SimpleQueryMessage::Row(row) => Some(row),
+        _ => None,
+    })
 }
 
 /// The sessions holding or waiting for the lock on `key`, holders first.
 pub fn sessions(client: &mut Client, key: i64) -> Result<Vec<PgSession>, postgres::Error> {
     let answer = client.simple_query(&sessions_sql(key))?;
-    Ok(answer
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => {
-                let text = |i: usize| row.get(i).map(str::to_owned);
-                Some(PgSession {
-                    pid: row.get(0)?.parse().ok()?,
-                    granted: row.get(1) == Some("t"),
-                    application_name: text(2),
-                    user: text(3),
-                    client_addr: text(4),
-                    backend_start: text(5),
-                    query: text(6),
-                })
-            }
-            _ => None,
+    Ok(rows(&answer).filter_map(|row| parse(row, 0)).collect())
+}
+
+/// Slot 1..=`n` of the lock named by the SQL literal `name` (`--slots`):
+/// its key, and the sessions holding or waiting for it, holders first;
+/// a slot nobody holds or waits for comes once, without a session.
+pub struct SlotSessions {
+    pub slot: u16,
+    pub key: i64,
+    pub session: Option<PgSession>,
+}
+
+pub fn slot_sessions(
+    client: &mut Client,
+    name: &str,
+    n: u16,
+) -> Result<Vec<SlotSessions>, postgres::Error> {
+    let sql = format!(
+        "SELECT s.k, s.key, {COLUMNS} \
+         FROM (SELECT k, {key} AS key FROM generate_series(1, {n}) AS k) s \
+         LEFT JOIN (pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid) \
+         ON l.locktype = 'advisory' AND l.objsubid = 1 AND {THIS_DATABASE} \
+         AND l.classid = ((s.key >> 32) & 4294967295)::oid AND l.objid = (s.key & 4294967295)::oid \
+         ORDER BY s.k, l.granted DESC, l.pid",
+        key = super::slots::slot_key_sql(name, "k"),
+    );
+    let answer = client.simple_query(&sql)?;
+    Ok(rows(&answer)
+        .filter_map(|row| {
+            Some(SlotSessions {
+                slot: row.get(0)?.parse().ok()?,
+                key: row.get(1)?.parse().ok()?,
+                session: parse(row, 2),
+            })
         })
+        .collect())
+}
+
+/// The sessions announcing an N for the lock named by the SQL literal
+/// `name` (`--slots`: see `super::slots`), with their N, the first to
+/// connect first.
+pub fn announcers(
+    client: &mut Client,
+    name: &str,
+) -> Result<Vec<(u16, PgSession)>, postgres::Error> {
+    let sql = format!(
+        "SELECT l.objid::bigint, {COLUMNS} \
+         FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+         AND l.classid = (hashtext({name})::bigint & 4294967295)::oid \
+         AND {THIS_DATABASE} ORDER BY a.backend_start NULLS LAST, l.pid"
+    );
+    let answer = client.simple_query(&sql)?;
+    Ok(rows(&answer)
+        .filter_map(|row| Some((row.get(0)?.parse().ok()?, parse(row, 1)?)))
         .collect())
 }

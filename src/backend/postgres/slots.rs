@@ -1,0 +1,167 @@
+//! `--slots N` on a PostgreSQL lock: at most N holders of one name at once.
+//!
+//! Every key is computed by the server from the lock's NAME, so that any
+//! client can take part from SQL (PostgreSQL 12 or later, in the URL's
+//! database):
+//!
+//! - slot K (1..N) is `pg_advisory_lock(hashtextextended('NAME', K))`: a
+//!   session holding it holds slot K, and its command gets
+//!   `LOCKRUN_SLOT=K`;
+//! - the queue is `hashtextextended('NAME', 0)`, the key of the plain lock
+//!   of the same name: waiters queue on it in the server, so only the one
+//!   holding it (the head) contends for the slots, and the rest are served
+//!   in the order the server grants it;
+//! - N itself: every contender, from connecting until it ends, holds
+//!   `pg_advisory_lock_shared(hashtext('NAME'), N)` (the two-int form, a
+//!   key space of its own). `pg_locks` shows it to anyone who can connect,
+//!   no privilege and no table needed; a contender whose N differs from one
+//!   already there is refused (64) naming the session that holds it. It
+//!   takes its own first, then looks: of two contenders arriving together
+//!   with different numbers, at least one sees the other.
+//! - a lockrun releasing a slot sends `NOTIFY` on the channel
+//!   `lockrun <queue key>` (`pg_notify('lockrun ' || hashtextextended('NAME', 0), '')`)
+//!   in the same round trip as its unlock.
+//!
+//! How the head waits: `LISTEN` on that channel, try every slot in one
+//! statement, and sleep on the connection until a notification comes, or
+//! for at most [`RECHECK`], whichever is first; then try again. Chosen over
+//! blocking in `pg_advisory_lock` on one slot with a `lock_timeout`
+//! rotation: that wakes at once only when the one slot it blocks on frees,
+//! and up to a rotation period late for the other N-1, while a
+//! notification wakes the head at once whichever slot freed, and the head
+//! makes no query at all while nothing happens. The bounded recheck covers
+//! the releases nobody announces: a holder whose lockrun was killed (its
+//! session ends and the server frees the slot silently), a broken
+//! connection, a client from SQL that does not notify. One statement a
+//! second from one session per lock, never a crowd: waiters behind the
+//! head wait in the server on the queue key and cost nothing.
+//!
+//! Taking a slot is one statement: a recursive query tries slot 1, then 2
+//! only if 1 was taken, and so on (each step only runs when the one before
+//! failed, so at most one slot is ever taken; a plain `LIMIT` does not
+//! promise that), and lets go of the queue in the same statement once a
+//! slot is ours.
+
+use std::time::Duration;
+
+/// How long the head sleeps without a notification before it looks at the
+/// slots again: how late a slot freed without a notification (a killed
+/// holder) is noticed.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// The SQL expression for slot `k`'s key (`k` an SQL expression).
+pub fn slot_key_sql(name: &str, k: &str) -> String {
+    format!("hashtextextended({name}, {k})")
+}
+
+/// The shared lock every contender holds to say its N.
+pub fn announce_sql(name: &str, n: u16) -> String {
+    format!("pg_advisory_lock_shared(hashtext({name}), {n})")
+}
+
+/// The channel a releasing holder notifies, as an identifier for LISTEN.
+pub fn channel(queue: i64) -> String {
+    format!("lockrun {queue}")
+}
+
+/// The statement a holder lets go of everything with: its slot, the shared
+/// lock naming N (and the queue, in case), then wakes the head.
+pub fn release_sql(queue: i64) -> String {
+    format!(
+        "SELECT pg_advisory_unlock_all(), pg_notify('{}', '')",
+        channel(queue)
+    )
+}
+
+/// How a contender comes to try the slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// Through the queue: only if the queue key is free, and then it is
+    /// kept (we are the head) unless a slot is taken.
+    Queue,
+    /// As the head, already holding the queue key: let go of it with a slot.
+    Head,
+    /// Not waiting (`-n`, `-w 0`): the slots directly, past the queue.
+    Direct,
+}
+
+/// One statement: whether another N is announced (that N and a
+/// session's server pid saying it, first columns, and then nothing is tried), whether
+/// we are at the head (Queue: the queue key was free), and the slot taken
+/// with its key (NULL when none was free).
+/// Then the fencing token, taken once the slot is ours. `queue` is the
+/// queue key as an SQL expression. With `first` (the attempt made while
+/// connecting: our session's mark, see `lock::SESSION_MARK`) the other Ns
+/// are looked for, and nothing is tried unless the session bears our mark;
+/// without, the first two columns are NULL.
+pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&str>) -> String {
+    let head = match entry {
+        Entry::Queue => format!("pg_try_advisory_lock({queue})"),
+        Entry::Head | Entry::Direct => "true".to_owned(),
+    };
+    let unlock = match entry {
+        Entry::Queue | Entry::Head => {
+            format!(", CASE WHEN c.slot IS NOT NULL THEN pg_advisory_unlock({queue}) END")
+        }
+        Entry::Direct => String::new(),
+    };
+    // Without the check, `other` is empty (and never read from pg_locks).
+    let check = if first.is_some() { "" } else { "AND false" };
+    let head = match first {
+        Some(mark) => format!(
+            "CASE WHEN coalesce(current_setting('{}', true), '') <> {} THEN false ELSE {head} END",
+            super::lock::SESSION_MARK,
+            super::lock::literal(mark)
+        ),
+        None => head,
+    };
+    let slot = slot_key_sql(name, "k + 1");
+    let key = slot_key_sql(name, "c.slot");
+    format!(
+        "WITH RECURSIVE other AS MATERIALIZED (\
+           SELECT l.objid::bigint AS n, l.pid FROM pg_locks l \
+           WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid() \
+           AND l.classid = (hashtext({name})::bigint & 4294967295)::oid AND l.objid <> {n}::oid \
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+           {check} LIMIT 1), \
+         t(k, got) AS (\
+           SELECT 0, false FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM other) THEN false ELSE {head} END AS head) h WHERE h.head \
+           UNION ALL \
+           SELECT k + 1, pg_try_advisory_lock({slot}) FROM t WHERE NOT got AND k < {n}) \
+         SELECT (SELECT n FROM other), (SELECT pid FROM other), c.head, c.slot, {key}, \
+           CASE WHEN c.slot IS NOT NULL THEN txid_current() END{unlock} \
+         FROM (SELECT count(*) > 0 AS head, max(k) FILTER (WHERE got) AS slot FROM t) c"
+    )
+}
+
+/// An N announced for the lock named by the SQL literal `name` (`holder`
+/// and the refusal's message ask `sessions::announcers` which session
+/// said it); NULL when nobody uses it with --slots. pg_locks only: its
+/// join with pg_stat_activity costs more than the rest of the statement.
+pub fn announced_sql(name: &str) -> String {
+    format!(
+        "(SELECT l.objid::bigint FROM pg_locks l \
+           WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+           AND l.classid = (hashtext({name})::bigint & 4294967295)::oid \
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+           ORDER BY l.pid LIMIT 1)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_head_and_the_queue_let_go_of_the_queue() {
+        let direct = take_sql("E'n'", "5", 3, Entry::Direct, Some("m"));
+        assert!(!direct.contains("pg_advisory_unlock(5)"), "{direct}");
+        assert!(!direct.contains("pg_try_advisory_lock(5)"), "{direct}");
+        let queue = take_sql("E'n'", "5", 3, Entry::Queue, None);
+        assert!(queue.contains("AND false"), "{queue}");
+        assert!(queue.contains("pg_try_advisory_lock(5)"), "{queue}");
+        assert!(queue.contains("pg_advisory_unlock(5)"), "{queue}");
+        assert!(queue.contains("k < 3"), "{queue}");
+        assert_eq!(channel(-7), "lockrun -7");
+    }
+}
