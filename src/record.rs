@@ -261,8 +261,19 @@ fn cut_json(text: &str, max: usize) -> String {
 /// byte more, so that an oversized file is recognised as such). A record is
 /// a few hundred bytes: one small read is the common case.
 pub fn read_content(file: &std::fs::File) -> io::Result<Vec<u8>> {
-    let mut first = [0u8; 4096];
-    let n = read_at_most(file, &mut first, 0)?;
+    // Small, as it is on the stack below the whole run: a bigger buffer
+    // pushes everything called after it onto one more page of stack, a
+    // page fault on every run.
+    let mut first = [0u8; 1024];
+    // A lock file is a regular file (or a directory, which fails here): a
+    // read shorter than asked for ends at its end, so one read, not a
+    // second one to meet the end.
+    let n = loop {
+        match file.read_at(&mut first, 0) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => break other?,
+        }
+    };
     if n < first.len() {
         return Ok(first[..n].to_vec());
     }
@@ -369,6 +380,9 @@ fn padded(line: &[u8], len: u64) -> std::borrow::Cow<'_, [u8]> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
     Written,
+    /// The file is empty: the start record was never written (whoever
+    /// failed to write it said so), so there is nothing to complete.
+    Empty,
     /// The file no longer holds exactly the record this run wrote (the
     /// command wrote into it, or gave it a second name): left as it is.
     LeftAlone(&'static str),
@@ -381,6 +395,9 @@ pub enum Release {
 pub fn write_release(file: &std::fs::File, released: &Record) -> io::Result<Release> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
+    if meta.len() == 0 {
+        return Ok(Release::Empty);
+    }
     if meta.nlink() != 1 {
         return Ok(Release::LeftAlone(if meta.nlink() == 0 {
             "it was deleted"

@@ -81,10 +81,14 @@ pub struct Flow<'a> {
 
 /// The run form on a lock file.
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
-    let cwd = std::env::current_dir().ok();
-    let lockfile = match &cwd {
-        Some(cwd) if opts.path.is_relative() => cwd.join(&opts.path),
-        _ => opts.path.clone(),
+    // Only a relative path needs the working directory here (the record
+    // asks for it on its own): one getcwd fewer for /var/lock/x.
+    let lockfile = match opts.path.is_relative() {
+        true => match std::env::current_dir() {
+            Ok(cwd) => cwd.join(&opts.path),
+            Err(_) => opts.path.clone(),
+        },
+        false => opts.path.clone(),
     };
     let flow = Flow {
         label: display::escape(&opts.path.to_string_lossy()),
