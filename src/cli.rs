@@ -501,11 +501,21 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let as_flock = persona::is_flock_name(args.first().map(OsString::as_os_str));
     if let Some(plain) = parse_plain_run(&args, !as_flock) {
         return run_invocation(plain, EtcdArgs::default(), as_flock);
     }
+    parse_with_clap(args, as_flock)
+}
+
+/// Everything but the plain run form. Never inlined into `parse`: clap's
+/// matches take about 4 KiB of stack, which would otherwise be reserved
+/// (and touched, a page fault) on the plain run's path too, below which the
+/// whole run then happens.
+#[inline(never)]
+#[cold]
+fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation, Failure> {
     end_options_at_the_fd_command(&mut args);
     if as_flock {
         let matches = FlockCli::command().try_get_matches_from(args);

@@ -261,8 +261,19 @@ fn cut_json(text: &str, max: usize) -> String {
 /// byte more, so that an oversized file is recognised as such). A record is
 /// a few hundred bytes: one small read is the common case.
 pub fn read_content(file: &std::fs::File) -> io::Result<Vec<u8>> {
-    let mut first = [0u8; 4096];
-    let n = read_at_most(file, &mut first, 0)?;
+    // Small, as it is on the stack below the whole run: a bigger buffer
+    // pushes everything called after it onto one more page of stack, a
+    // page fault on every run.
+    let mut first = [0u8; 1024];
+    // A lock file is a regular file (or a directory, which fails here): a
+    // read shorter than asked for ends at its end, so one read, not a
+    // second one to meet the end.
+    let n = loop {
+        match file.read_at(&mut first, 0) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => break other?,
+        }
+    };
     if n < first.len() {
         return Ok(first[..n].to_vec());
     }
@@ -369,6 +380,9 @@ fn padded(line: &[u8], len: u64) -> std::borrow::Cow<'_, [u8]> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
     Written,
+    /// The file is empty: the start record was never written (whoever
+    /// failed to write it said so), so there is nothing to complete.
+    Empty,
     /// The file no longer holds exactly the record this run wrote (the
     /// command wrote into it, or gave it a second name): left as it is.
     LeftAlone(&'static str),
@@ -381,6 +395,9 @@ pub enum Release {
 pub fn write_release(file: &std::fs::File, released: &Record) -> io::Result<Release> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
+    if meta.len() == 0 {
+        return Ok(Release::Empty);
+    }
     if meta.nlink() != 1 {
         return Ok(Release::LeftAlone(if meta.nlink() == 0 {
             "it was deleted"
@@ -494,9 +511,18 @@ impl ChildRecord {
     }
 
     /// Runs in the child between fork and exec. No allocation, no locks.
-    pub fn write_from_child(&self, fd: rustix::fd::BorrowedFd<'_>) {
+    /// `before`: the clock as the parent read it just before creating the
+    /// child, which usually tells the child's start time without a /proc
+    /// read (`platform::own_start_time_since`).
+    pub fn write_from_child(
+        &self,
+        fd: rustix::fd::BorrowedFd<'_>,
+        before: Option<crate::platform::BeforeStart>,
+    ) {
         let pid = rustix::process::getpid().as_raw_nonzero().get() as u64;
-        let start = crate::platform::own_start_time_without_allocating();
+        let start = before
+            .and_then(crate::platform::own_start_time_since)
+            .or_else(crate::platform::own_start_time_without_allocating);
         self.start_seen.store(start.unwrap_or(u64::MAX), SeqCst);
         let mut pid_buf = [0u8; 20];
         let mut start_buf = [0u8; 20];
@@ -522,15 +548,30 @@ impl ChildRecord {
         parts[3] = io::IoSlice::new(pid_start[1]);
         parts[4] = io::IoSlice::new(&self.tail);
         let line_len: usize = parts[..5].iter().map(|p| p.len()).sum();
-        // Blanks up to the old length (see `write`), as far as the slices
-        // of spaces reach: a file that long is not a record anyway.
+        // A line shorter than what the file holds is padded to its length
+        // with blanks (see `write`), so that the file parses as the new
+        // record at every moment. Usually the old content is the previous
+        // run's release record, a few dozen bytes longer: the blanks then
+        // go before the newline and stay (one line, the record as it
+        // stands; readers trim them and the release writes over them), which
+        // saves a truncate, a journalled change on ext4 made while the
+        // parent waits for this exec. A longer tail (more than a page) is
+        // cut off as `write` does, as far as the slices of spaces reach: a
+        // file that long is not a record anyway.
         let mut pad = if old_len <= MAX_RECORD_BYTES as usize + 1 {
             old_len.saturating_sub(line_len)
         } else {
             0
         };
         let mut used = 4;
-        if pad > 0 {
+        let mut cut = old_len > line_len;
+        if let (1..=SPACES_LEN, Some((b'\n', body))) = (pad, self.tail.split_last()) {
+            parts[4] = io::IoSlice::new(body);
+            parts[5] = io::IoSlice::new(&SPACES[..pad]);
+            parts[6] = io::IoSlice::new(b"\n");
+            used = 6;
+            cut = false;
+        } else if pad > 0 {
             pad -= 1;
             while pad > 0 && used < 4 + PAD_SLICES {
                 let take = pad.min(SPACES.len());
@@ -546,10 +587,10 @@ impl ChildRecord {
         let result = rustix::io::pwritev(fd, parts, 0).and_then(|n| {
             if n != expected {
                 Err(rustix::io::Errno::NOSPC)
-            } else if old_len > line_len {
+            } else if cut {
                 rustix::fs::ftruncate(fd, line_len as u64)
             } else {
-                // Nothing after the line: the file was no longer.
+                // Nothing after what was written: the file was no longer.
                 Ok(())
             }
         });
@@ -568,7 +609,8 @@ impl ChildRecord {
 }
 
 /// Spaces to pad a record with, from the child, which may not allocate.
-static SPACES: [u8; 4096] = [b' '; 4096];
+static SPACES: [u8; SPACES_LEN] = [b' '; SPACES_LEN];
+const SPACES_LEN: usize = 4096;
 /// Enough for any record a reader accepts (64 KiB).
 const PAD_SLICES: usize = 17;
 
@@ -796,11 +838,59 @@ mod tests {
             .open(&path)
             .unwrap();
         use std::os::fd::AsFd;
-        child.write_from_child(file.as_fd());
+        child.write_from_child(file.as_fd(), None);
         let written = Record::parse(&content(&file)).unwrap();
         assert_eq!(written.host.as_deref(), Some("h"));
         assert!(written.pid.is_some());
         assert!(content(&file).len() < 1000, "not truncated");
+    }
+
+    #[test]
+    fn the_child_keeps_a_short_padding_on_its_one_line() {
+        // The usual case: the previous run's release record, a little
+        // longer than the new start record, is covered by blanks before
+        // the newline, with no truncate; the release then writes over it.
+        let ours = Record {
+            lockrun: FORMAT,
+            lockrun_pid: Some(9),
+            acquired_at: Some("2026-11-29T02:00:03.120Z".into()),
+            ..Record::default()
+        };
+        let child = ChildRecord::new(&ours, "/x");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        let old = Record {
+            released_at: Some("2026-11-29T02:00:02.120Z".into()),
+            exit: Some(Exit::code(0)),
+            ..ours.clone()
+        };
+        std::fs::write(&path, old.to_line()).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        use std::os::fd::AsFd;
+        // No clock reading: this process was not created after one.
+        child.write_from_child(file.as_fd(), None);
+        let now = content(&file);
+        assert_eq!(now.len(), old.to_line().len(), "padded to the old length");
+        assert_eq!(now.iter().filter(|&&b| b == b'\n').count(), 1, "one line");
+        assert!(now.ends_with(b" \n"));
+        let started = Record::parse(&now).unwrap();
+        assert_eq!(started.pid, Some(i64::from(std::process::id())));
+        assert_eq!(
+            started.pid_start,
+            crate::platform::process_start_time(std::process::id() as i32),
+            "the start time, from /proc"
+        );
+        let released = Record {
+            exit: Some(Exit::code(0)),
+            released_at: Some("2026-11-29T02:00:04.120Z".into()),
+            ..started.clone()
+        };
+        assert_eq!(write_release(&file, &released).unwrap(), Release::Written);
+        assert_eq!(content(&file), released.to_line());
     }
 
     #[test]

@@ -100,6 +100,60 @@ pub fn own_start_time_without_allocating() -> Option<u64> {
     parse_start_time(&buf[..n])
 }
 
+/// A reading of the clock the kernel stamps new processes with, taken by
+/// a parent just before it creates a child: see
+/// [`own_start_time_since`].
+#[derive(Debug, Clone, Copy)]
+pub struct BeforeStart {
+    boot_ns: u64,
+    tick_ns: u64,
+}
+
+/// Reads CLOCK_BOOTTIME (through the vDSO: no system call) and the length
+/// of the clock tick /proc counts start times in. `None` where either is
+/// unknown, or the tick does not divide a second (the kernel rounds those
+/// differently).
+pub fn before_start() -> Option<BeforeStart> {
+    // SAFETY: sysconf has no preconditions.
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    if per_second == 0 || 1_000_000_000 % per_second != 0 {
+        return None;
+    }
+    Some(BeforeStart {
+        boot_ns: boot_clock_ns()?,
+        tick_ns: 1_000_000_000 / per_second,
+    })
+}
+
+fn boot_clock_ns() -> Option<u64> {
+    // SAFETY: all-zero is a valid timespec; clock_gettime fills it in and
+    // is async-signal-safe.
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a pointer to a live timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } != 0 {
+        return None;
+    }
+    let secs = u64::try_from(now.tv_sec).ok()?;
+    let nanos = u64::try_from(now.tv_nsec).ok()?;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+/// The calling process's start time as /proc/self/stat gives it, without
+/// reading /proc, when its parent took `before` just before creating it.
+/// The kernel stamps a process with CLOCK_BOOTTIME while creating it
+/// (`start_boottime`, fork.c), so that stamp lies between `before` and
+/// now; /proc shows it cut to whole ticks (`nsec_to_clock_t`). When both
+/// readings fall in the same tick, the stamp does too, and that tick is
+/// the answer. `None` when they straddle a tick boundary (the clone took
+/// that long, or the clock moved): ask /proc then. Both readings and the
+/// stamp are in the same time namespace, as /proc/self/stat's would be.
+/// Async-signal-safe: it runs in the child between clone and exec.
+pub fn own_start_time_since(before: BeforeStart) -> Option<u64> {
+    let now = boot_clock_ns()?;
+    let tick = before.boot_ns / before.tick_ns;
+    (now >= before.boot_ns && now / before.tick_ns == tick).then_some(tick)
+}
+
 fn parse_start_time(stat: &[u8]) -> Option<u64> {
     // The command name (field 2) is in parentheses and may itself contain
     // spaces and parentheses, so count fields from the last ')'.
@@ -511,6 +565,32 @@ mod tests {
         let inode = fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).ok();
         assert!(inode.is_some());
         assert_eq!(pid_namespace(), inode);
+    }
+
+    #[test]
+    fn a_start_time_from_the_clock_is_the_one_proc_gives() {
+        // A child stamped between the two readings: when the clock says
+        // anything, it says what /proc says, on every one of many tries.
+        let mut told = 0;
+        for _ in 0..50 {
+            let before = before_start().expect("CLOCK_BOOTTIME and the tick");
+            let mut child = std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .expect("sleep");
+            let seen = process_start_time(child.id() as i32);
+            let _ = child.kill();
+            let _ = child.wait();
+            let from_clock = own_start_time_since(before);
+            // Only a reading taken before the child exists can bound its
+            // stamp from below: `before` is, `from_clock`'s second is
+            // later, so the child's stamp is inside the window.
+            if let Some(start) = from_clock {
+                assert_eq!(Some(start), seen, "the clock's tick and /proc's");
+                told += 1;
+            }
+        }
+        assert!(told > 0, "the clock never answered in 50 tries");
     }
 
     #[test]

@@ -19,6 +19,14 @@ pub fn process_state(_pid: i32) -> ProcessState {
 pub fn own_start_time_without_allocating() -> Option<u64> {
     None
 }
+#[derive(Debug, Clone, Copy)]
+pub struct BeforeStart;
+pub fn before_start() -> Option<BeforeStart> {
+    None
+}
+pub fn own_start_time_since(_before: BeforeStart) -> Option<u64> {
+    None
+}
 pub fn process_cmdline(_pid: i32) -> Option<Vec<String>> {
     None
 }

@@ -81,10 +81,14 @@ pub struct Flow<'a> {
 
 /// The run form on a lock file.
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
-    let cwd = std::env::current_dir().ok();
-    let lockfile = match &cwd {
-        Some(cwd) if opts.path.is_relative() => cwd.join(&opts.path),
-        _ => opts.path.clone(),
+    // Only a relative path needs the working directory here (the record
+    // asks for it on its own): one getcwd fewer for /var/lock/x.
+    let lockfile = match opts.path.is_relative() {
+        true => match std::env::current_dir() {
+            Ok(cwd) => cwd.join(&opts.path),
+            Err(_) => opts.path.clone(),
+        },
+        false => opts.path.clone(),
     };
     let flow = Flow {
         label: display::escape(&opts.path.to_string_lossy()),
@@ -169,6 +173,9 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     let record_fd = held.child_record_fd().map(|fd| fd.as_raw_fd());
     let dies_with_us = held.dies_with_lockrun().then(rustix::process::getpid);
     let told_by_child = child_record.clone();
+    // Last, so that the clock reading is as close to the child's start as
+    // it can be: the child finds its start time from it.
+    let before = child_record.as_ref().and_then(|_| platform::before_start());
     // SAFETY: the closure makes raw system calls on buffers prepared
     // above (ChildRecord::write_from_child). The descriptor stays open
     // until the command has exec'd (close-on-exec closes it only in the
@@ -177,7 +184,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         platform::start_command(&command, signals::handled(), move || {
             if let (Some(child), Some(fd)) = (&child_record, record_fd) {
                 crate::platform::tolerating_file_size_limit(|| {
-                    child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd));
+                    child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd), before);
                 });
             }
             if let Some(lockrun) = dies_with_us {

@@ -248,14 +248,11 @@ impl LockFile {
     }
 
     /// Whether `path` still names the inode we hold open, with a link left.
+    /// One stat of the path: the inode's identity is the one taken when
+    /// it was opened, and an inode the path names has a link (that one).
     pub fn is_at(&self, path: &Path) -> bool {
-        let Ok(ours) = self.file.metadata() else {
-            return false;
-        };
-        let Ok(there) = std::fs::symlink_metadata(path) else {
-            return false;
-        };
-        ours.nlink() > 0 && there.dev() == ours.dev() && there.ino() == ours.ino()
+        std::fs::symlink_metadata(path)
+            .is_ok_and(|there| there.dev() == self.dev && there.ino() == self.ino)
     }
 
     /// The locked inode, as stat(2) of the descriptor names it.

@@ -256,21 +256,19 @@ impl Held for FileHeld {
         let Some(file) = &self.record_file else {
             return Ok(());
         };
-        let len_now = file.metadata().map(|m| m.len()).ok();
         if !released {
             // -F: our own record, written before the exec.
+            let len_now = file.metadata().map(|m| m.len()).ok();
             return crate::platform::tolerating_file_size_limit(|| {
                 record::write(file, &record.to_line(), len_now)
             })
             .map_err(|e| e.to_string());
         }
-        // An empty file here means the command's process could not write
-        // the record and has already said so: one warning is enough.
-        if len_now == Some(0) {
-            return Err(String::new());
-        }
         match crate::platform::tolerating_file_size_limit(|| record::write_release(file, record)) {
             Ok(record::Release::Written) => Ok(()),
+            // The command's process could not write the record and has
+            // already said so: one warning is enough.
+            Ok(record::Release::Empty) => Err(String::new()),
             Ok(record::Release::LeftAlone(why)) => {
                 if self.verbose {
                     eprintln!("lockrun: left {} as the command left it: {why}", self.label);
