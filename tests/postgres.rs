@@ -1222,7 +1222,13 @@ fn fill_slots(url: &str, n: usize, held: usize) -> Vec<(Background, String, i32)
                 url,
                 "echo ready $LOCKRUN_SLOT $$; read x",
             );
-            let command = words[1].parse().expect("pid");
+            let command: i32 = words[1].parse().expect("pid");
+            // The record naming the command goes to the server just after
+            // the command starts (a statement of the session's): wait for it.
+            let slot: usize = words[0].parse().expect("a slot number");
+            wait_for("the slot's record to name the command", || {
+                holder_json(url)["slot_reports"][slot - 1]["record"]["pid"] == command
+            });
             (bg, words[0].clone(), command)
         })
         .collect()
