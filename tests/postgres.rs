@@ -1222,7 +1222,13 @@ fn fill_slots(url: &str, n: usize, held: usize) -> Vec<(Background, String, i32)
                 url,
                 "echo ready $LOCKRUN_SLOT $$; read x",
             );
-            let command = words[1].parse().expect("pid");
+            let command: i32 = words[1].parse().expect("pid");
+            // The record naming the command goes to the server just after
+            // the command starts (a statement of the session's): wait for it.
+            let slot: usize = words[0].parse().expect("a slot number");
+            wait_for("the slot's record to name the command", || {
+                holder_json(url)["slot_reports"][slot - 1]["record"]["pid"] == command
+            });
             (bg, words[0].clone(), command)
         })
         .collect()
@@ -1600,4 +1606,48 @@ fn through_pgbouncer_in_transaction_pooling_the_lock_is_refused() {
             "{args:?}: the lock is left held"
         );
     }
+}
+
+#[test]
+fn a_slot_holder_losing_its_session_gets_76_and_max_time_frees_its_slot() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("slot-lost");
+    let (mut holder, words) = holding(
+        &["--slots", "2", "--ttl", "1s", "--kill-grace", "1s"],
+        &url,
+        "trap 'echo got TERM; exit 0' TERM; echo ready $LOCKRUN_SLOT $$; while :; do sleep 0.05; done",
+    );
+    assert_eq!(words[0], "1");
+    let command: i32 = words[1].parse().expect("pid");
+    let json = holder_json(&url);
+    let backend = json["slot_reports"][0]["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("the slot holder's backend pid");
+    assert_eq!(
+        pg.psql(&format!("SELECT pg_terminate_backend({backend})")),
+        "t"
+    );
+    assert_eq!(holder.line(BOUND).as_deref(), Some("got TERM"));
+    let status = holder.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    assert!(process_gone(command));
+    // --max-time: 124, and both slots are free at once after.
+    lockrun()
+        .args([
+            "--slots",
+            "2",
+            "--max-time",
+            "0.3",
+            "--kill-grace",
+            "1s",
+            &url,
+            "sleep",
+            "30",
+        ])
+        .assert()
+        .code(124);
+    let holders = fill_slots(&url, 2, 2);
+    let slots: Vec<&str> = holders.iter().map(|h| h.1.as_str()).collect();
+    assert_eq!(slots, ["1", "2"]);
+    release_all(holders);
 }
