@@ -2,7 +2,8 @@
 # bench/etcd.sh: acquire + run `true` + release on a loopback etcd, lockrun
 # beside `etcdctl lock NAME true` (and lockrun on a file, for scale), over
 # plain HTTP/2 and over TLS; then handoff latency: a holder exits, how long
-# until the queued waiter's command starts.
+# until the queued waiter's command starts (also with --slots 1, where
+# the binary has slots on lock URLs).
 #
 #   bench/etcd.sh [--runs N]
 #
@@ -97,13 +98,17 @@ cat "$dir/table.md"
 # holder is released and the waiter's command stamps the clock.
 HANDOFFS=${HANDOFFS:-25}
 keys_under() { etcdctl --endpoints "127.0.0.1:$client" get --prefix "$1/" --keys-only | grep -c . || true; }
-handoff_once() { # $1 = lockrun|etcdctl|lockrun-tls|etcdctl-tls, $2 = lock name; prints waiter - holder in µs
+handoff_once() { # $1 = lockrun|etcdctl|lockrun-tls|etcdctl-tls|lockrun-slots, $2 = lock name; prints waiter - holder in µs
   local tool=$1 name=$2 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
   mkfifo "$fifo"
   local run
   case $tool in
     lockrun) run=("$LOCKRUN" "etcd://127.0.0.1:$client/$name") ;;
     lockrun-tls) run=("$LOCKRUN" --cacert "$ca" "etcd://127.0.0.1:$tls/$name") ;;
+    # One slot: the same queue, plus the slot machinery (the first in line
+    # watches deletions under NAME/, and takes its slot number before its
+    # command starts: one more write on the way).
+    lockrun-slots) run=("$LOCKRUN" --slots 1 "etcd://127.0.0.1:$client/$name") ;;
     etcdctl) run=(etcdctl --endpoints "127.0.0.1:$client" lock "$name" --) ;;
     etcdctl-tls) run=(etcdctl --cacert "$ca" --endpoints "https://127.0.0.1:$tls" lock "$name" --) ;;
   esac
@@ -127,7 +132,10 @@ handoff_once() { # $1 = lockrun|etcdctl|lockrun-tls|etcdctl-tls, $2 = lock name;
 echo
 echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each (ms)"
 printf '%-12s %8s %8s %8s\n' tool p50 p90 max
-for tool in lockrun etcdctl lockrun-tls etcdctl-tls; do
+tools=(lockrun etcdctl lockrun-tls etcdctl-tls)
+# A lockrun without --slots on lock URLs (before issue 14) is measured without it.
+"$LOCKRUN" --slots 1 "etcd://127.0.0.1:$client/probe-slots" true 2>/dev/null && tools+=(lockrun-slots)
+for tool in "${tools[@]}"; do
   samples=()
   for i in $(seq "$HANDOFFS"); do samples+=("$(handoff_once "$tool" "handoff-$tool-$i")"); done
   printf '%s\n' "${samples[@]}" | sort -n | awk -v t="$tool" '{a[NR]=$1} END {
