@@ -724,74 +724,12 @@ impl Inner {
         revision: &mut Option<i64>,
         seen_at: Option<usize>,
     ) -> Result<Round, Failed> {
-        let deadline = Instant::now() + CALL_TIMEOUT;
-        let gone = || {
-            Failed::Final(format!(
-                "our lock key {ours} is gone from etcd (its lease expired or it was deleted) while it waited"
-            ))
-        };
-        let mine = match *revision {
-            Some(r) => r,
-            None => {
-                let key = ours.to_owned();
-                let answer = self
-                    .call("range", deadline, move |mut c| {
-                        let key = key.clone();
-                        async move { c.get(key, None).await }
-                    })
-                    .await
-                    .map_err(|e| Failed::Member(e.message))?;
-                let Some(kv) = answer.kvs().first() else {
-                    return Err(gone());
-                };
-                *revision = Some(kv.create_revision());
-                kv.create_revision()
-            }
-        };
-        let prefix = format!("{name}/");
-        let key = ours.to_owned();
-        let txn = move |mut c: ec::Client| {
-            let mut options = ec::GetOptions::new()
-                .with_prefix()
-                .with_keys_only()
-                .with_max_create_revision(mine - 1)
-                .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
-                .with_limit(2);
-            if seen_at.is_some() {
-                options = options.with_serializable();
-            }
-            let txn = ec::Txn::new()
-                .when([ec::Compare::create_revision(
-                    key.clone(),
-                    ec::CompareOp::Equal,
-                    mine,
-                )])
-                .and_then([ec::TxnOp::get(prefix.clone(), Some(options))]);
-            async move { c.txn(txn).await }
-        };
-        let answer = self
-            .read("lock wait transaction", seen_at, deadline, txn)
+        let (ahead, read_at) = self
+            .keys_ahead("lock wait transaction", name, ours, 2, revision, seen_at)
             .await?;
-        if !answer.succeeded() {
-            return Err(gone());
-        }
-        let Some(ahead) = answer.op_responses().into_iter().find_map(|r| match r {
-            ec::TxnOpResponse::Get(get) => Some(
-                get.kvs()
-                    .iter()
-                    .map(|kv| kv.key().to_vec())
-                    .collect::<Vec<_>>(),
-            ),
-            _ => None,
-        }) else {
-            return Err(Failed::Final(
-                "unexpected answer from etcd: a lock wait transaction without its range".into(),
-            ));
-        };
         let Some(key) = ahead.first().cloned() else {
             return Ok(Round::Ours);
         };
-        let read_at = answer.header().map_or(0, |h| h.revision());
         let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
         if ahead.len() > 1 {
             // Keys further ahead: its deletion moves us up one place.
@@ -846,6 +784,75 @@ impl Inner {
         revision: &mut Option<i64>,
         seen_at: Option<usize>,
     ) -> Result<Round, Failed> {
+        let (ahead, read_at) = self
+            .keys_ahead(
+                "slot wait transaction",
+                name,
+                ours,
+                i64::from(n) + 1,
+                revision,
+                seen_at,
+            )
+            .await?;
+        if ahead.len() < usize::from(n) {
+            return Ok(Round::Ours);
+        }
+        let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
+        if ahead.len() > usize::from(n) {
+            return self
+                .watch_for(ahead[0].clone(), from, |events: &[ec::Event]| {
+                    if events.is_empty() {
+                        Verdict::Wait
+                    } else {
+                        Verdict::Look
+                    }
+                })
+                .await;
+        }
+        // First in line: the n keys ahead are all the keys older than ours,
+        // and none created later is older. The first of them deleted makes
+        // ours one of the n oldest, unless ours went first: the lock is
+        // ours as soon as that deletion arrives. Deletions of newer keys
+        // (waiters leaving) change nothing.
+        let older = ahead;
+        let ours = ours.as_bytes().to_vec();
+        let options = from
+            .with_prefix()
+            .with_filters([ec::WatchFilterType::NoPut]);
+        self.watch_for(format!("{name}/").into_bytes(), options, |events| {
+            let deleted = |k: &[u8]| {
+                events.iter().any(|e| {
+                    e.event_type() == ec::EventType::Delete
+                        && e.kv().is_some_and(|kv| kv.key() == k)
+                })
+            };
+            if deleted(&ours) {
+                Verdict::Again
+            } else if older.iter().any(|k| deleted(k)) {
+                Verdict::Ours
+            } else {
+                Verdict::Wait
+            }
+        })
+        .await
+    }
+
+    /// The wait rounds' one read: a single transaction that reads up to
+    /// `limit` keys older than ours, newest first, only if our key still
+    /// exists as we created it (same creation revision; learnt on the
+    /// first round). Our key gone or replaced is a final failure: a key
+    /// deleted from the queue (`etcdctl del`, a lease lost) is no longer in
+    /// line, and the lock may already be someone else's. Returns the keys
+    /// and the revision they were read at.
+    async fn keys_ahead(
+        &self,
+        what: &str,
+        name: &str,
+        ours: &str,
+        limit: i64,
+        revision: &mut Option<i64>,
+        seen_at: Option<usize>,
+    ) -> Result<(Vec<Vec<u8>>, i64), Failed> {
         let deadline = Instant::now() + CALL_TIMEOUT;
         let gone = || {
             Failed::Final(format!(
@@ -868,7 +875,7 @@ impl Inner {
                 .with_keys_only()
                 .with_max_create_revision(mine - 1)
                 .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
-                .with_limit(i64::from(n) + 1);
+                .with_limit(limit);
             if seen_at.is_some() {
                 options = options.with_serializable();
             }
@@ -881,62 +888,24 @@ impl Inner {
                 .and_then([ec::TxnOp::get(prefix.clone(), Some(options))]);
             async move { c.txn(txn).await }
         };
-        let answer = self
-            .read("slot wait transaction", seen_at, deadline, txn)
-            .await?;
+        let answer = self.read(what, seen_at, deadline, txn).await?;
         if !answer.succeeded() {
             return Err(gone());
         }
         let Some(ahead) = answer.op_responses().into_iter().find_map(|r| match r {
-            ec::TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+            ec::TxnOpResponse::Get(get) => Some(
+                get.kvs()
+                    .iter()
+                    .map(|kv| kv.key().to_vec())
+                    .collect::<Vec<_>>(),
+            ),
             _ => None,
         }) else {
-            return Err(Failed::Final(
-                "unexpected answer from etcd: a slot wait transaction without its range".into(),
-            ));
+            return Err(Failed::Final(format!(
+                "unexpected answer from etcd: a {what} without its range"
+            )));
         };
-        if ahead.len() < usize::from(n) {
-            return Ok(Round::Ours);
-        }
-        let read_at = answer.header().map_or(0, |h| h.revision());
-        let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
-        if ahead.len() > usize::from(n) {
-            return self
-                .watch_for(ahead[0].key().to_vec(), from, |events: &[ec::Event]| {
-                    if events.is_empty() {
-                        Verdict::Wait
-                    } else {
-                        Verdict::Look
-                    }
-                })
-                .await;
-        }
-        // First in line: the n keys ahead are all the keys older than ours,
-        // and none created later is older. The first of them deleted makes
-        // ours one of the n oldest, unless ours went first: the lock is
-        // ours as soon as that deletion arrives. Deletions of newer keys
-        // (waiters leaving) change nothing.
-        let older: Vec<Vec<u8>> = ahead.iter().map(|kv| kv.key().to_vec()).collect();
-        let ours = ours.as_bytes().to_vec();
-        let options = from
-            .with_prefix()
-            .with_filters([ec::WatchFilterType::NoPut]);
-        self.watch_for(format!("{name}/").into_bytes(), options, |events| {
-            let deleted = |k: &[u8]| {
-                events.iter().any(|e| {
-                    e.event_type() == ec::EventType::Delete
-                        && e.kv().is_some_and(|kv| kv.key() == k)
-                })
-            };
-            if deleted(&ours) {
-                Verdict::Again
-            } else if older.iter().any(|k| deleted(k)) {
-                Verdict::Ours
-            } else {
-                Verdict::Wait
-            }
-        })
-        .await
+        Ok((ahead, answer.header().map_or(0, |h| h.revision())))
     }
 
     /// A wait round's read: after a change seen on member `seen_at`, on
