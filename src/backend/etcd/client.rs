@@ -377,43 +377,33 @@ impl Client {
     /// wait moves to the next member, and keeps trying while none answers
     /// (the caller ends it at its deadline or when the lease is lost), so
     /// a waiter does not leave the queue because of an outage.
-    pub fn wait_lock(&self, name: &str, lease: i64) -> Result<String, EtcdError> {
+    ///
+    /// With `--slots N` (`slots`), until our key is among the `n` oldest
+    /// under the prefix (see `Inner::wait_slot_round`).
+    pub fn wait_lock(
+        &self,
+        name: &str,
+        lease: i64,
+        slots: Option<u16>,
+    ) -> Result<String, EtcdError> {
         let ours = key_for(name, lease);
         self.block_on(async {
             let mut revision = None;
             let mut seen_at = None;
             loop {
-                match self
-                    .inner
-                    .wait_round(name, &ours, &mut revision, seen_at)
-                    .await
-                {
-                    Ok(Round::Ours) => return Ok(ours),
-                    Ok(Round::Changed { at }) => seen_at = Some(at),
-                    Ok(Round::Again) => seen_at = None,
-                    Err(Failed::Final(message)) => return Err(error(message)),
-                    Err(Failed::Member(_)) => {
-                        seen_at = None;
-                        tokio::time::sleep(RETRY).await;
+                let round = match slots {
+                    Some(n) => {
+                        self.inner
+                            .wait_slot_round(name, &ours, n, &mut revision, seen_at)
+                            .await
                     }
-                }
-            }
-        })
-    }
-
-    /// [`Client::wait_lock`] for `--slots N`: waits until our key is among
-    /// the `n` oldest under the prefix (see `Inner::wait_slot_round`).
-    pub fn wait_slot(&self, name: &str, lease: i64, n: u16) -> Result<String, EtcdError> {
-        let ours = key_for(name, lease);
-        self.block_on(async {
-            let mut revision = None;
-            let mut seen_at = None;
-            loop {
-                match self
-                    .inner
-                    .wait_slot_round(name, &ours, n, &mut revision, seen_at)
-                    .await
-                {
+                    None => {
+                        self.inner
+                            .wait_round(name, &ours, &mut revision, seen_at)
+                            .await
+                    }
+                };
+                match round {
                     Ok(Round::Ours) => return Ok(ours),
                     Ok(Round::Changed { at }) => seen_at = Some(at),
                     Ok(Round::Again) => seen_at = None,

@@ -218,11 +218,7 @@ impl Contender for EtcdBackend {
                     format!("cannot take the lock {name}: {message} (the command was not run)"),
                 )
             };
-            let waited = match slots {
-                Some(n) => client.wait_slot(&name, lease, n),
-                None => client.wait_lock(&name, lease),
-            };
-            match waited {
+            match client.wait_lock(&name, lease, slots) {
                 Ok(key) if key == ours => Ok(()),
                 Ok(key) => Err(unavailable(format!(
                     "etcd granted the lock to key {key}, not ours ({ours})"
