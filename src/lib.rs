@@ -11,12 +11,13 @@
 //!   `run::fd_mode` (flock(1)'s descriptor form), `run::urls` (lock URLs).
 //! - `backend` is the seam: `Capabilities`, `Contender`, `Backend`, `Held`;
 //!   each backend in its own folder (`file`, with `slots`; `etcd`;
-//!   `postgres`). A backend knows nothing of the run flow.
+//!   `postgres`), and `backend::lost`, what every lock URL does when its
+//!   lock is lost. A backend knows nothing of the run flow.
 //! - `inspect` and `report` answer `holder`/`check`, for every backend;
 //!   the run path never reaches them.
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
-//!   `persona`, `exit_codes`, and `platform`, the one place for
-//!   operating-system specifics.
+//!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
+//!   and `platform`, the one place for operating-system specifics.
 
 pub mod backend;
 pub mod cli;

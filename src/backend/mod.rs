@@ -65,6 +65,23 @@ pub trait Contender {
 /// stops with it.
 pub type Inheritors = Box<dyn Fn(i32) -> Vec<i32> + Send>;
 
+/// Every lock URL's check of the lock name it carries (`shown` is the URL
+/// as messages show it; `how` says where the name goes): a name is needed,
+/// and one with control characters would reach terminals and logs through
+/// every message and `holder` line.
+pub fn check_lock_name(name: &str, shown: &str, how: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("'{shown}' names no lock: {how}"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "the lock name in '{}' contains control characters",
+            shown.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
 /// A lock URL's lease or session check period, when `--ttl` is not given.
 pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 

@@ -180,17 +180,7 @@ impl EtcdUrl {
             ),
         };
         let (authority, name) = rest.split_once('/').unwrap_or((rest, ""));
-        if name.is_empty() {
-            return Err(format!(
-                "'{text}' names no lock: write etcd://HOST:PORT/NAME"
-            ));
-        }
-        if name.chars().any(char::is_control) {
-            return Err(format!(
-                "the lock name in '{}' contains control characters",
-                text.escape_debug()
-            ));
-        }
+        crate::backend::check_lock_name(name, text, "write etcd://HOST:PORT/NAME")?;
         let from_env = env_var(env, "ENDPOINTS").map(|(_, v)| v);
         let list = if authority.is_empty() {
             from_env.as_deref().unwrap_or("").trim()

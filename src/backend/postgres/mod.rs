@@ -43,6 +43,8 @@ use crate::exit_codes::Failure;
 use std::fmt;
 use std::ops::Range;
 
+const NAME_AFTER_HASH: &str = "write the lock name after '#', as in postgres://HOST/DB#NAME";
+
 /// What a PostgreSQL lock can do, for every build: the CLI refuses the rest.
 pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     kind: "postgres:// locks",
@@ -117,23 +119,11 @@ impl PgUrl {
             return Err(format!("'{shown}' is not a postgres:// URL"));
         }
         let Some((connection, fragment)) = text.split_once('#') else {
-            return Err(format!(
-                "'{shown}' names no lock: write the lock name after '#', as in postgres://HOST/DB#NAME"
-            ));
+            return Err(format!("'{shown}' names no lock: {NAME_AFTER_HASH}"));
         };
         let name = percent_decode(fragment)
             .ok_or_else(|| format!("the lock name in '{shown}' is not valid UTF-8 once decoded"))?;
-        if name.is_empty() {
-            return Err(format!(
-                "'{shown}' names no lock: write the lock name after '#', as in postgres://HOST/DB#NAME"
-            ));
-        }
-        if name.chars().any(char::is_control) {
-            return Err(format!(
-                "the lock name in '{}' contains control characters",
-                shown.escape_debug()
-            ));
-        }
+        crate::backend::check_lock_name(&name, &shown, NAME_AFTER_HASH)?;
         Ok(PgUrl {
             connection: connection.to_owned(),
             name,
