@@ -575,6 +575,31 @@ fn a_deleted_lock_key_stops_the_command_and_exits_76() {
     assert!(stderr.contains("was deleted in etcd"), "{stderr}");
 }
 
+/// The key gone between two renewals and the command ended before the next
+/// one: the release itself must notice (a lease starved for its TTL on a
+/// busy host), or lockrun reports success for a run another holder may
+/// have overlapped.
+#[test]
+fn a_key_gone_before_the_release_is_76_not_success() {
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("vanished");
+    let mut cmd = std_lockrun();
+    // Renewals every 20 s: none comes between the delete and the end.
+    cmd.args(["--ttl", "60s", &url, "--"])
+        .args(["sh", "-c", "echo ready; read go"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    lockrun.expect_ready();
+    etcd.etcdctl(&["del", "--prefix", "vanished/"]);
+    lockrun.release();
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    let stderr = stderr_of(&mut lockrun);
+    assert!(stderr.contains("was gone from etcd"), "{stderr}");
+}
+
 #[test]
 fn holder_and_check_read_the_lock_from_etcd() {
     let Some(etcd) = Etcd::start() else { return };

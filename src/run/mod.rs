@@ -234,7 +234,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     }
     if let Err(reason) = held.release() {
         eprintln!(
-            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}) was sent SIGTERM (and SIGKILL if it still ran {} later)",
+            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM (and SIGKILL if it still ran {} later)",
             persona::name(),
             flow.label,
             display::span(flow.kill_grace)

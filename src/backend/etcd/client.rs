@@ -79,6 +79,16 @@ impl From<&ec::KeyValue> for Kv {
     }
 }
 
+/// How a release found our key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Released {
+    /// Still ours: deleted now, so the next holder may go.
+    Ours,
+    /// Gone before the release: the lease had expired (or the key was
+    /// deleted), so the lock was not ours for the whole run.
+    AlreadyGone,
+}
+
 /// The outcome of one attempt at the lock.
 pub enum Attempt {
     /// Our key is the oldest: the lock is ours; `revision` is our key's
@@ -262,23 +272,36 @@ impl Client {
     pub fn release(
         &self,
         lease: i64,
-        key: &str,
+        (key, revision): (&str, i64),
         last: Option<(&str, &[u8])>,
         deadline: Instant,
-    ) -> Result<(), EtcdError> {
+    ) -> Result<Released, EtcdError> {
         let mut ops = vec![ec::TxnOp::delete(key, None)];
         if let Some((name, value)) = last {
             ops.push(ec::TxnOp::put(name, value, None));
         }
+        // Only while our key is still the one we created: if its lease
+        // expired meanwhile (a renewal starved for a whole TTL), etcd may
+        // already have given the lock to another holder while the command
+        // ran, and that must not end as a success.
+        let ours = ec::Compare::create_revision(key, ec::CompareOp::Equal, revision);
         self.block_on(async {
-            let handoff = self
+            // The handoff first, then the revoke: run together, the revoke
+            // could delete our key before the transaction's compare, which
+            // would then read as a key lost before the release.
+            let handed = self
                 .inner
                 .call("release transaction", deadline, move |mut c| {
-                    let txn = ec::Txn::new().and_then(ops.clone());
+                    let txn = ec::Txn::new().when([ours.clone()]).and_then(ops.clone());
                     async move { c.txn(txn).await }
-                });
-            let (revoked, _) = tokio::join!(self.inner.revoke(lease, deadline), handoff);
-            revoked
+                })
+                .await;
+            let revoked = self.inner.revoke(lease, deadline).await;
+            match handed {
+                Ok(answer) if !answer.succeeded() => Ok(Released::AlreadyGone),
+                Ok(_) => revoked.map(|()| Released::Ours),
+                Err(e) => revoked.and(Err(e)),
+            }
         })
     }
 

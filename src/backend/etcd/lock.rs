@@ -418,21 +418,28 @@ impl Held for EtcdHeld {
             (None, Some(line)) => Some((last_key.as_str(), line.as_slice())),
             _ => None,
         };
-        let revoked = self.client.release(
+        let released = self.client.release(
             self.lease,
-            &self.key,
+            (&self.key, self.revision),
             last,
             Instant::now() + CLEANUP_TIMEOUT,
         );
         if let Some(reason) = lost {
             return Err(reason);
         }
-        if let Err(e) = revoked {
-            eprintln!(
+        match released {
+            Ok(super::client::Released::Ours) => {}
+            Ok(super::client::Released::AlreadyGone) => {
+                return Err(format!(
+                    "the lock key {} was gone from etcd when the command ended (its lease expired before a renewal got through), so another holder may have had the lock meanwhile",
+                    self.key
+                ));
+            }
+            Err(e) => eprintln!(
                 "lockrun: could not release {} ({e}); etcd releases it when the lease expires within {}s",
                 self.name,
                 self.ttl.as_secs()
-            );
+            ),
         }
         Ok(())
     }
