@@ -762,12 +762,7 @@ impl Inner {
         let mut end = high;
         end.push(0);
         self.watch_for(low, from.with_range(end), |events| {
-            let deleted = |k: &[u8]| {
-                events.iter().any(|e| {
-                    e.event_type() == ec::EventType::Delete
-                        && e.kv().is_some_and(|kv| kv.key() == k)
-                })
-            };
+            let deleted = |k: &[u8]| was_deleted(events, k);
             if deleted(&ours) {
                 Verdict::Again
             } else if deleted(&key) {
@@ -833,12 +828,7 @@ impl Inner {
             .with_prefix()
             .with_filters([ec::WatchFilterType::NoPut]);
         self.watch_for(format!("{name}/").into_bytes(), options, |events| {
-            let deleted = |k: &[u8]| {
-                events.iter().any(|e| {
-                    e.event_type() == ec::EventType::Delete
-                        && e.kv().is_some_and(|kv| kv.key() == k)
-                })
-            };
+            let deleted = |k: &[u8]| was_deleted(events, k);
             if deleted(&ours) {
                 Verdict::Again
             } else if older.iter().any(|k| deleted(k)) {
@@ -1276,4 +1266,11 @@ pub fn key_for(name: &str, lease: i64) -> String {
 
 fn malformed(what: &str) -> EtcdError {
     error(format!("unexpected answer from etcd: {what}"))
+}
+
+/// Whether `events` include the deletion of `key`.
+fn was_deleted(events: &[ec::Event], key: &[u8]) -> bool {
+    events.iter().any(|e| {
+        e.event_type() == ec::EventType::Delete && e.kv().is_some_and(|kv| kv.key() == key)
+    })
 }
