@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::meter::{meter_run, read_meter};
 use common::*;
 use std::io::Read;
 use std::net::TcpListener;
@@ -1347,169 +1348,31 @@ fn max_time_on_a_lock_url_stops_the_command_and_releases() {
 // file the jobs append to (one O_APPEND write per line, so the file's
 // order is the order things happened in) counts how many run at once.
 
-/// A gated job: appends `start ID SLOT`, waits for its gate (a FIFO) to
-/// open, appends `end ID SLOT`.
-const SLOT_JOB: &str = r#"echo "start $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter"; read x < "$2/gate$1"; echo "end $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter""#;
-
-/// What the meter file says so far.
-#[derive(Default, Debug)]
-struct Meter {
-    /// Started and not ended: job id -> slot.
-    running: std::collections::HashMap<String, String>,
-    ended: usize,
-    /// The most jobs running at once.
-    peak: usize,
-    /// A slot number two running jobs had at once, or one outside 1..=N.
-    bad_slot: Option<String>,
-}
-
-fn read_meter(meter: &Path, n: usize) -> Meter {
-    let text = std::fs::read_to_string(meter).unwrap_or_default();
-    let mut seen = Meter::default();
-    for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let [what, id, slot] = words[..] else {
-            panic!("meter line {line:?}")
-        };
-        match what {
-            "start" => {
-                let in_range =
-                    slot == "none" || slot.parse::<usize>().is_ok_and(|s| (1..=n).contains(&s));
-                let taken = slot != "none" && seen.running.values().any(|s| s == slot);
-                if !in_range || taken {
-                    seen.bad_slot.get_or_insert_with(|| slot.to_owned());
-                }
-                seen.running.insert(id.to_owned(), slot.to_owned());
-                seen.peak = seen.peak.max(seen.running.len());
-            }
-            "end" => {
-                seen.running.remove(id);
-                seen.ended += 1;
-            }
-            _ => panic!("meter line {line:?}"),
-        }
-    }
-    seen
-}
-
-fn open_gate(dir: &Path, id: &str) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Non-blocking: fails (ENXIO) until the job has opened it to read.
-    let gate = dir.join(format!("gate{id}"));
-    wait_for(&format!("job {id} to wait at its gate"), || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&gate)
-            .and_then(|mut f| f.write_all(b"go\n"))
-            .is_ok()
-    });
-}
-
-/// Runs `jobs` gated jobs through `lockrun ARGS URL` and checks the meter
-/// round by round: never more than `limit` at once, `limit` at once
-/// whenever that many are left, slot numbers unique among running jobs.
-fn etcd_meter_run(
-    etcd: &Etcd,
-    url: &str,
-    args: &[&str],
-    jobs: usize,
-    limit: usize,
-) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    let dir = temp_dir();
-    let meter = dir.path().join("meter");
-    let mut children: Vec<Child> = (0..jobs)
-        .map(|id| {
-            let made = Command::new("mkfifo")
-                .arg(dir.path().join(format!("gate{id}")))
-                .status()
-                .expect("mkfifo");
-            assert!(made.success());
-            etcd.std_lockrun()
-                .args(args)
-                .arg(url)
-                .args(["--", "sh", "-c", SLOT_JOB, "job", &id.to_string()])
-                .arg(dir.path())
-                .stdin(Stdio::null())
-                .process_group(0)
-                .spawn()
-                .expect("spawn a job")
-        })
-        .collect();
-    let mut released = std::collections::BTreeSet::new();
-    let result = (|| {
-        while released.len() < jobs {
-            let want = limit.min(jobs - released.len());
-            let deadline = Instant::now() + BOUND;
-            let seen = loop {
-                let seen = read_meter(&meter, limit);
-                let fresh = seen
-                    .running
-                    .keys()
-                    .filter(|id| !released.contains(*id))
-                    .count();
-                if fresh >= want || seen.peak > limit {
-                    break seen;
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("{want} jobs never ran at once (meter: {seen:?})"));
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            };
-            if seen.peak > limit {
-                return Err(format!("{} jobs ran at once, more than {limit}", seen.peak));
-            }
-            if let Some(slot) = seen.bad_slot {
-                return Err(format!(
-                    "slot {slot} was given to two running jobs, or is not in 1..={limit}"
-                ));
-            }
-            let round: Vec<String> = seen
-                .running
-                .keys()
-                .filter(|id| !released.contains(*id))
-                .cloned()
-                .collect();
-            for id in round {
-                open_gate(dir.path(), &id);
-                released.insert(id);
-            }
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        // Nothing is left behind: each job dies with its command.
-        for child in &children {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
-        }
-    }
-    for child in &mut children {
-        let status = wait_child(child, BOUND);
-        if result.is_ok() {
-            assert!(status.success(), "a job failed: {status:?}");
-        }
-    }
-    result?;
-    let seen = read_meter(&meter, limit);
-    assert_eq!(seen.ended, jobs, "{seen:?}");
-    Ok(())
-}
-
 #[test]
 fn etcd_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
     let Some(etcd) = Etcd::start() else { return };
-    etcd_meter_run(&etcd, &etcd.url("gpu"), &["--slots", "3"], 7, 3).unwrap();
+    meter_run(
+        || etcd.std_lockrun(),
+        &["--slots", "3"],
+        etcd.url("gpu"),
+        7,
+        3,
+    )
+    .unwrap();
 }
 
 /// The control: the same meter fails when the limit is broken.
 #[test]
 fn the_etcd_meter_catches_a_broken_limit() {
     let Some(etcd) = Etcd::start() else { return };
-    let too_many = etcd_meter_run(&etcd, &etcd.url("gpu"), &["--slots", "7"], 7, 3).unwrap_err();
+    let too_many = meter_run(
+        || etcd.std_lockrun(),
+        &["--slots", "7"],
+        etcd.url("gpu"),
+        7,
+        3,
+    )
+    .unwrap_err();
     // Seen either way: a fourth job running, or its slot number above 3.
     assert!(
         too_many.contains("more than 3") || too_many.contains("not in 1..=3"),
@@ -1581,7 +1444,7 @@ fn a_crowd_of_200_through_4_etcd_slots_never_exceeds_4_and_does_not_stampede() {
         assert!(status.success(), "{status:?}");
     }
     let events = events_sent(&etcd) - before;
-    let seen = read_meter(&meter, 4);
+    let seen = read_meter(dir.path(), 4);
     assert_eq!(seen.ended, jobs);
     assert!(seen.peak <= 4, "{} at once", seen.peak);
     assert_eq!(seen.bad_slot, None);

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::meter::{meter_run, read_meter};
 use common::*;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -1002,169 +1003,10 @@ fn a_url_that_cannot_work_is_a_usage_error() {
 
 // ------------------------------------------------------------- --slots N
 
-/// A job for the meter: appends `start ID SLOT` to the meter file once it
-/// runs, blocks until the test opens its gate (a FIFO), then appends
-/// `end ID SLOT`. Each line is one O_APPEND write, so the file's order is
-/// the order things happened in.
-const JOB: &str = r#"echo "start $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter"; read x < "$2/gate$1"; echo "end $1 ${LOCKRUN_SLOT:-none}" >> "$2/meter""#;
-
-fn spawn_job(dir: &Path, id: usize, lock_args: &[&str], url: &str) -> Child {
-    use std::os::unix::process::CommandExt;
-    let gate = dir.join(format!("gate{id}"));
-    let made = Command::new("mkfifo").arg(&gate).status().expect("mkfifo");
-    assert!(made.success());
-    std_lockrun()
-        .args(lock_args)
-        .arg(url)
-        .args(["--", "sh", "-c", JOB, "job"])
-        .arg(id.to_string())
-        .arg(dir)
-        .stdin(Stdio::null())
-        // Its own process group, so that a failed run can kill the job
-        // with its command.
-        .process_group(0)
-        .spawn()
-        .expect("spawn a job")
-}
-
-/// What the meter file says so far.
-#[derive(Default, Debug)]
-struct Meter {
-    /// Started and not ended: job id -> slot.
-    running: std::collections::HashMap<usize, String>,
-    ended: usize,
-    /// The most jobs running at once.
-    peak: usize,
-    /// A slot number two running jobs had at once, or one out of 1..=N.
-    bad_slot: Option<String>,
-}
-
-fn read_meter(dir: &Path, n: usize) -> Meter {
-    let text = std::fs::read_to_string(dir.join("meter")).unwrap_or_default();
-    let mut meter = Meter::default();
-    for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let [what, id, slot] = words[..] else {
-            panic!("meter line {line:?}")
-        };
-        let id: usize = id.parse().expect("a job id");
-        match what {
-            "start" => {
-                let in_range =
-                    slot == "none" || slot.parse::<usize>().is_ok_and(|s| (1..=n).contains(&s));
-                let taken = slot != "none" && meter.running.values().any(|s| s == slot);
-                if !in_range || taken {
-                    meter.bad_slot.get_or_insert_with(|| slot.to_owned());
-                }
-                meter.running.insert(id, slot.to_owned());
-                meter.peak = meter.peak.max(meter.running.len());
-            }
-            "end" => {
-                meter.running.remove(&id);
-                meter.ended += 1;
-            }
-            _ => panic!("meter line {line:?}"),
-        }
-    }
-    meter
-}
-
-fn open_gate(dir: &Path, id: usize) {
-    use std::os::unix::fs::OpenOptionsExt;
-    // Non-blocking: fails (ENXIO) until the job has opened it to read.
-    let gate = dir.join(format!("gate{id}"));
-    wait_for(&format!("job {id} to wait at its gate"), || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&gate)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, b"go\n"))
-            .is_ok()
-    });
-}
-
-/// Runs `jobs` jobs through `lock_args` on `url` and checks the meter:
-/// never more than `limit` at once, `limit` at once whenever that many
-/// are left, and unique slot numbers. Each round waits for the jobs the
-/// limit admits to be running, then lets them finish.
-fn meter_run(lock_args: &[&str], url: &str, jobs: usize, limit: usize) -> Result<(), String> {
-    let dir = temp_dir();
-    let mut children: Vec<Child> = (0..jobs)
-        .map(|id| spawn_job(dir.path(), id, lock_args, url))
-        .collect();
-    let mut released = std::collections::BTreeSet::new();
-    let result = (|| {
-        while released.len() < jobs {
-            let want = limit.min(jobs - released.len());
-            let deadline = std::time::Instant::now() + BOUND;
-            let meter = loop {
-                let meter = read_meter(dir.path(), limit);
-                let fresh = meter
-                    .running
-                    .keys()
-                    .filter(|id| !released.contains(*id))
-                    .count();
-                if fresh >= want || meter.peak > limit {
-                    break meter;
-                }
-                if std::time::Instant::now() > deadline {
-                    return Err(format!("{want} jobs never ran at once (meter: {meter:?})"));
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            };
-            if meter.peak > limit {
-                return Err(format!(
-                    "{} jobs ran at once, more than {limit}",
-                    meter.peak
-                ));
-            }
-            if let Some(slot) = meter.bad_slot {
-                return Err(format!(
-                    "slot {slot} was out of 1..={limit} or given to two running jobs"
-                ));
-            }
-            let round: Vec<usize> = meter
-                .running
-                .keys()
-                .filter(|id| !released.contains(*id))
-                .copied()
-                .collect();
-            for id in round {
-                open_gate(dir.path(), id);
-                released.insert(id);
-            }
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        for child in &children {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
-        }
-    }
-    for child in &mut children {
-        let status = wait_child(child, BOUND);
-        if result.is_ok() {
-            assert!(status.success(), "a job failed: {status:?}");
-        }
-    }
-    result?;
-    let meter = read_meter(dir.path(), limit);
-    assert_eq!(meter.ended, jobs, "{meter:?}");
-    if meter.peak > limit {
-        return Err(format!(
-            "{} jobs ran at once, more than {limit}",
-            meter.peak
-        ));
-    }
-    Ok(())
-}
-
 #[test]
 fn three_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
     let Some(pg) = shared() else { return };
-    meter_run(&["--slots", "3"], &pg.url("meter"), 7, 3).unwrap();
+    meter_run(std_lockrun, &["--slots", "3"], pg.url("meter"), 7, 3).unwrap();
 }
 
 /// The control: the meter fails when the limit is broken (more slots
@@ -1172,7 +1014,14 @@ fn three_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
 #[test]
 fn the_slots_meter_catches_a_broken_limit() {
     let Some(pg) = shared() else { return };
-    let too_many = meter_run(&["--slots", "7"], &pg.url("meter-control"), 7, 3).unwrap_err();
+    let too_many = meter_run(
+        std_lockrun,
+        &["--slots", "7"],
+        pg.url("meter-control"),
+        7,
+        3,
+    )
+    .unwrap_err();
     // Caught as a fourth job running, or a fourth slot in use.
     assert!(
         too_many.contains("more than 3") || too_many.contains("out of 1..=3"),

@@ -3,6 +3,8 @@
 //! wait bounded so a broken build fails instead of hanging.
 #![allow(dead_code)]
 
+pub mod meter;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
