@@ -1125,6 +1125,88 @@ fn a_different_number_of_slots_is_64_naming_both_and_the_holder() {
         .success();
 }
 
+/// The other way round: the lock is held without --slots (by lockrun, or
+/// from SQL with the documented key), and a contender with --slots is a
+/// usage error naming that holder, whether it would wait or not; it
+/// neither runs beside the holder nor queues behind it.
+#[test]
+fn slots_against_a_lock_held_without_slots_is_64_naming_the_holder() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("plain-first");
+    let (mut plain, words) = holding(&[], &url, "echo ready $$; read x");
+    let command: i64 = words[0].parse().expect("pid");
+    wait_for("the holder's record to name the command", || {
+        holder_json(&url)["record"]["pid"] == command
+    });
+    for args in [
+        vec!["-n", "--slots", "2"],
+        vec!["-w", "5", "--slots", "2"],
+        vec!["--slots", "2"],
+    ] {
+        let out = lockrun()
+            .args(&args)
+            .args([&url, "sh", "-c", "echo ran"])
+            .output()
+            .expect("run lockrun");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(
+            err.contains("held without --slots")
+                && err.contains("not with --slots 2")
+                && err.contains(&format!("pid {command} ")),
+            "{args:?}: {err}"
+        );
+    }
+    plain.release();
+    assert!(plain.wait_exit(BOUND).success());
+
+    // Held from SQL: the session is named as such.
+    let mut psql = Command::new(bin_dir().expect("bin").join("psql"))
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-p", &pg.port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut input = psql.stdin.take().expect("stdin");
+    std::io::Write::write_all(
+        &mut input,
+        b"SELECT pg_advisory_lock(hashtextextended('plain-first', 0)); SELECT 'ready';\n",
+    )
+    .expect("write to psql");
+    let mut lines = BufReader::new(psql.stdout.take().expect("stdout")).lines();
+    while lines.next().and_then(Result::ok).as_deref() != Some("ready") {}
+    let out = lockrun()
+        .args(["-n", "--slots", "2", &url, "sh", "-c", "echo ran"])
+        .output()
+        .expect("run lockrun");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains("held without --slots (by PostgreSQL session"),
+        "{err}"
+    );
+    drop(input);
+    let _ = wait_child(&mut psql, BOUND);
+    // Free again: --slots works.
+    lockrun()
+        .args(["--slots", "2", &url, "true"])
+        .assert()
+        .success();
+    assert_eq!(pg.holders("plain-first"), 0);
+}
+
 #[test]
 fn nonblocking_with_every_slot_full_is_75_and_runs_nothing() {
     let Some(pg) = shared() else { return };

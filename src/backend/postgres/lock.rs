@@ -182,6 +182,8 @@ struct Take {
     slot: Option<(u16, i64)>,
     /// The fencing token, taken with the slot.
     token: Option<i64>,
+    /// The server pid of a session holding the queue key without --slots.
+    plain: Option<i32>,
 }
 
 fn take_answer(row: &[Option<String>]) -> Option<Take> {
@@ -197,6 +199,7 @@ fn take_answer(row: &[Option<String>]) -> Option<Take> {
         head: value(2)? == "t",
         slot,
         token: value(5).and_then(|t| t.parse().ok()),
+        plain: value(6).and_then(|p| p.parse().ok()),
     })
 }
 
@@ -226,6 +229,18 @@ fn disagree(label: &str, ours: Option<u16>, theirs: u16, who: &str) -> Failure {
         exit_codes::USAGE,
         format!(
             "{label} is used with --slots {theirs} (set by {who}), not {ours}: \
+             every contender must give the same number"
+        ),
+    )
+}
+
+/// The usage error for a contender with --slots when the lock is held
+/// without (`who`).
+fn held_plain(label: &str, n: u16, who: &str) -> Failure {
+    Failure::new(
+        exit_codes::USAGE,
+        format!(
+            "{label} is held without --slots (by {who}), not with --slots {n}: \
              every contender must give the same number"
         ),
     )
@@ -291,9 +306,9 @@ impl PgBackend {
         let first = match opts.slots {
             None => format!(
                 "CASE WHEN pg_try_advisory_lock(k) THEN txid_current() END, {}",
-                slots::announced_sql(&name)
+                slots::unused_sql(&name)
             ),
-            Some(n) => format!("{}, NULL", slots::announce_sql(&name, n)),
+            Some(n) => slots::announce_sql(&name, n),
         };
         // Our mark on the server session, for finding a pooler that shares
         // one between clients (see `SESSION_MARK`). Nothing is taken when
@@ -355,7 +370,10 @@ impl PgBackend {
         };
         let (token, slot_state) = match opts.slots {
             None => {
-                if let Some(theirs) = value(3).and_then(|v| v.parse::<u16>().ok()) {
+                // Someone uses the name with --slots: which N, read only now.
+                if value(3).as_deref() != Some("t")
+                    && let Some(theirs) = announced(&mut client, &name)
+                {
                     return Err(disagree(
                         label,
                         None,
@@ -377,6 +395,9 @@ impl PgBackend {
                         theirs,
                         &announcer(&mut client, &name, Some(n)),
                     ));
+                }
+                if let Some(pid) = take.plain {
+                    return Err(held_plain(label, n, &plain_holder(&mut client, key, pid)));
                 }
                 let state = Slots {
                     n,
@@ -470,6 +491,29 @@ impl PgBackend {
         }
         Some(client)
     }
+}
+
+/// The N that --slots contenders announce for the name (the SQL literal
+/// `name`), if any still do.
+fn announced(client: &mut Client, name: &str) -> Option<u16> {
+    let answer = client
+        .simple_query(&format!("SELECT {}", slots::announced_sql(name)))
+        .ok()?;
+    first_value(&answer)?
+        .into_iter()
+        .next()
+        .flatten()?
+        .parse()
+        .ok()
+}
+
+/// The session `pid`, holding the plain lock on `key`, in the conflict
+/// message's words.
+fn plain_holder(client: &mut Client, key: i64, pid: i32) -> String {
+    super::sessions::sessions(client, key)
+        .ok()
+        .and_then(|found| found.into_iter().find(|s| s.pid == pid && s.granted))
+        .map_or_else(|| format!("PostgreSQL session {pid}"), |s| s.describe())
 }
 
 /// Who announced an N other than `ours`, in the conflict message's words.

@@ -138,7 +138,7 @@ pub fn announcers(
     let sql = format!(
         "SELECT l.objid::bigint, {COLUMNS} \
          FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
-         WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+         WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.objid <> 0 \
          AND l.classid = (hashtext({name})::bigint & 4294967295)::oid \
          AND {THIS_DATABASE} ORDER BY a.backend_start NULLS LAST, l.pid"
     );

@@ -18,6 +18,18 @@
 //!   already there is refused (64) naming the session that holds it. It
 //!   takes its own first, then looks: of two contenders arriving together
 //!   with different numbers, at least one sees the other.
+//! - that the name is used with --slots at all: every such contender also
+//!   holds `pg_advisory_lock_shared(hashtext('NAME'), 0)` (0 is no N). A
+//!   contender without --slots asks for it exclusively for one statement
+//!   (`pg_try_advisory_xact_lock`), after trying the lock: a refusal means
+//!   --slots contenders are there, and only then does it read `pg_locks`
+//!   for their N. The common case, nobody using --slots, costs no scan of
+//!   the lock table, which on a new session costs more than everything
+//!   else its first statement does.
+//! - the other way round, a contender with --slots looks, in its first
+//!   statement, for a session holding the queue key (the plain lock of the
+//!   name) that says no N: one that took the lock without --slots, from
+//!   lockrun or from SQL. It is refused (64) naming that session.
 //! - a lockrun releasing a slot sends `NOTIFY` on the channel
 //!   `lockrun <queue key>` (`pg_notify('lockrun ' || hashtextextended('NAME', 0), '')`)
 //!   in the same round trip as its unlock.
@@ -54,9 +66,19 @@ pub fn slot_key_sql(name: &str, k: &str) -> String {
     format!("hashtextextended({name}, {k})")
 }
 
-/// The shared lock every contender holds to say its N.
+/// The shared locks every contender holds to say its N, and that the
+/// name is used with --slots (two columns).
 pub fn announce_sql(name: &str, n: u16) -> String {
-    format!("pg_advisory_lock_shared(hashtext({name}), {n})")
+    format!(
+        "pg_advisory_lock_shared(hashtext({name}), {n}), pg_advisory_lock_shared(hashtext({name}), 0)"
+    )
+}
+
+/// For a contender without --slots: true when nobody uses the name with
+/// --slots (held until the statement's transaction ends, so never in
+/// anyone's way for longer).
+pub fn unused_sql(name: &str) -> String {
+    format!("pg_try_advisory_xact_lock(hashtext({name}), 0)")
 }
 
 /// The channel a releasing holder notifies, as an identifier for LISTEN.
@@ -89,7 +111,9 @@ pub enum Entry {
 /// session's server pid saying it, first columns, and then nothing is tried), whether
 /// we are at the head (Queue: the queue key was free), and the slot taken
 /// with its key (NULL when none was free).
-/// Then the fencing token, taken once the slot is ours. `queue` is the
+/// Then the fencing token, taken once the slot is ours, and the server pid
+/// of a session holding the queue key without --slots (then nothing is
+/// tried either). `queue` is the
 /// queue key as an SQL expression. With `first` (the attempt made while
 /// connecting: our session's mark, see `lock::SESSION_MARK`) the other Ns
 /// are looked for, and nothing is tried unless the session bears our mark;
@@ -105,7 +129,8 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
         }
         Entry::Direct => String::new(),
     };
-    // Without the check, `other` is empty (and never read from pg_locks).
+    // Without the check, `other` and `plain` are empty (and pg_locks is
+    // never read).
     let check = if first.is_some() { "" } else { "AND false" };
     let head = match first {
         Some(mark) => format!(
@@ -121,15 +146,24 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
         "WITH RECURSIVE other AS MATERIALIZED (\
            SELECT l.objid::bigint AS n, l.pid FROM pg_locks l \
            WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid() \
-           AND l.classid = (hashtext({name})::bigint & 4294967295)::oid AND l.objid <> {n}::oid \
+           AND l.classid = (hashtext({name})::bigint & 4294967295)::oid AND l.objid NOT IN ({n}::oid, 0::oid) \
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
            {check} LIMIT 1), \
+         plain AS MATERIALIZED (\
+           SELECT q.pid FROM pg_locks q \
+           WHERE q.locktype = 'advisory' AND q.objsubid = 1 AND q.granted AND q.pid <> pg_backend_pid() \
+           AND q.classid = ((({queue}) >> 32) & 4294967295)::oid AND q.objid = (({queue}) & 4294967295)::oid \
+           AND q.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+           AND NOT EXISTS (SELECT 1 FROM pg_locks a WHERE a.pid = q.pid AND a.locktype = 'advisory' \
+             AND a.objsubid = 2 AND a.granted AND a.classid = (hashtext({name})::bigint & 4294967295)::oid) \
+           {check} LIMIT 1), \
          t(k, got) AS (\
-           SELECT 0, false FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM other) THEN false ELSE {head} END AS head) h WHERE h.head \
+           SELECT 0, false FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM other) OR EXISTS (SELECT 1 FROM plain) \
+             THEN false ELSE {head} END AS head) h WHERE h.head \
            UNION ALL \
            SELECT k + 1, pg_try_advisory_lock({slot}) FROM t WHERE NOT got AND k < {n}) \
          SELECT (SELECT n FROM other), (SELECT pid FROM other), c.head, c.slot, {key}, \
-           CASE WHEN c.slot IS NOT NULL THEN txid_current() END{unlock} \
+           CASE WHEN c.slot IS NOT NULL THEN txid_current() END, (SELECT pid FROM plain){unlock} \
          FROM (SELECT count(*) > 0 AS head, max(k) FILTER (WHERE got) AS slot FROM t) c"
     )
 }
@@ -141,7 +175,7 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
 pub fn announced_sql(name: &str) -> String {
     format!(
         "(SELECT l.objid::bigint FROM pg_locks l \
-           WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+           WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.objid <> 0 \
            AND l.classid = (hashtext({name})::bigint & 4294967295)::oid \
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
            ORDER BY l.pid LIMIT 1)"
