@@ -50,6 +50,11 @@ if [ ! -w "$d" ]; then
 fi
 $sudo install -Dm755 "$bin" "$dest/bin/lockrun"
 $sudo install -Dm644 -t "$dest/share/man/man1" man/lockrun.1 man/lockrun-holder.1 man/lockrun-check.1
+# The shells' own lookup decides whether these are found: zsh searches
+# /usr/local/share/zsh/site-functions but not ~/.local/share/zsh/...;
+# fish 3.6 reads ~/.local/share/fish/vendor_completions.d but
+# /usr/local/share/fish/... only when XDG_DATA_DIRS names /usr/local/share
+# (docs/GUIDE.md, "Man pages and completions").
 $sudo install -Dm644 completions/lockrun.bash "$dest/share/bash-completion/completions/lockrun"
 $sudo install -Dm644 completions/_lockrun "$dest/share/zsh/site-functions/_lockrun"
 $sudo install -Dm644 completions/lockrun.fish "$dest/share/fish/vendor_completions.d/lockrun.fish"
