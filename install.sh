@@ -33,11 +33,23 @@ if [ "$(uname -s)" = Linux ] && ldd --version 2>&1 | grep -qi 'gnu libc\|glibc';
   fi
   rm -rf "$t"
 fi
+# `cargo build-static` names the host as `--target host-tuple`, which
+# cargo understands from 1.91 on; an older one gets the dynamic build.
+if [ $static = 1 ]; then
+  minor=$(cargo --version | sed -n 's/^cargo 1\.\([0-9]*\).*/\1/p')
+  if [ -n "$minor" ] && [ "$minor" -lt 91 ]; then
+    echo "install.sh: cargo 1.$minor cannot name the host target (needs 1.91): installing the dynamically linked build" >&2
+    static=0
+  fi
+fi
 # Ask cargo where it put the binary: it honours CARGO_TARGET_DIR and the
-# static build's target/<host tuple>/release/.
+# static build's target/<host tuple>/release/. Its messages go to a file
+# first, so that a failed build is reported as one (sh has no pipefail).
 if [ $static = 1 ]; then set -- build-static "$@"; else set -- build --release --locked "$@"; fi
-bin=$(cargo "$@" --bin lockrun --message-format=json-render-diagnostics \
-  | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "cargo $* failed"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+cargo "$@" --bin lockrun --message-format=json-render-diagnostics >"$out" || die "cargo $* failed"
+bin=$(sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' "$out" | tail -1)
 [ -n "$bin" ] && [ -x "$bin" ] || die "cargo $* named no lockrun binary"
 
 # sudo only for the copy, and only when needed.

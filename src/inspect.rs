@@ -30,7 +30,7 @@ pub enum State {
     Unknown,
 }
 
-/// The JSON schema of `holder --json` and `check --json` (README: "JSON").
+/// The JSON schema of `holder --json` and `check --json` (docs/GUIDE.md: "JSON").
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub path: String,
