@@ -83,9 +83,7 @@ struct Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.command.to_string()])
-            .status();
+        kill_if_child_of(self.command, self._lockrun.pid(), libc::SIGKILL);
     }
 }
 

@@ -385,7 +385,7 @@ fn lockrun_in_a_process_group(
     let lockrun: i32 = lockrun.expect("lockrun's pid");
     let group = Group {
         id: if leads { lockrun } else { caller.pid() },
-        lockrun,
+        session: caller.pid(),
     };
     assert!(ready);
     // lockrun leaves the group just after starting the command: on a busy
@@ -396,22 +396,52 @@ fn lockrun_in_a_process_group(
     (caller, group, lockrun)
 }
 
-/// The process group a test signals, and lockrun, which leaves it: both are
-/// killed when the test ends, even by a failed assertion (an orphaned
-/// lockrun would keep the test harness's output pipe open).
+/// The process group a test signals. Everything the test started, lockrun
+/// (which leaves the group) too, is killed when the test ends, even by a
+/// failed assertion (an orphaned lockrun would keep the test harness's
+/// output pipe open).
 struct Group {
     id: i32,
-    lockrun: i32,
+    /// The caller's session (its pid, a process the test has not reaped
+    /// while the Group lives): everything the test started is in it.
+    session: i32,
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on pids and a group this test started.
-        unsafe {
-            libc::kill(self.lockrun, libc::SIGKILL);
-            libc::kill(-self.id, libc::SIGKILL);
+        // Not kill(-id): once lockrun (a group leader) is gone, the group's
+        // id is a free pid that any new process, and then its group, may
+        // get. The session's id is the unreaped caller's, so every process
+        // in it is this test's.
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if pid != self.session && session_of(pid) == Some(self.session) {
+                // SAFETY: kill(2) on a process of the session of a process
+                // this test started and has not reaped.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
         }
     }
+}
+
+/// The session of `pid` (field 6 of /proc/PID/stat).
+fn session_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
 }
 
 /// The process group of `pid` (field 5 of /proc/PID/stat).

@@ -119,12 +119,16 @@ impl Drop for Background {
         // Its children first (lockrun's command, a shell's lockrun): left
         // behind they would hold the lock, and the test's output pipe, long
         // after the test.
-        let pid = self.pid();
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
-        for child in children.unwrap_or_default().split_whitespace() {
-            if let Ok(child) = child.parse::<i32>() {
-                // SAFETY: kill(2) on a child of a process this test started.
-                unsafe { libc::kill(child, libc::SIGKILL) };
+        // Only while it is not yet reaped: a reaped process's pid can be
+        // given to any other process (pid_max may be as low as 32768), and
+        // "its" children would then be someone else's.
+        if let Ok(None) = self.child.try_wait() {
+            let pid = self.pid();
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+            for child in children.unwrap_or_default().split_whitespace() {
+                if let Ok(child) = child.parse::<i32>() {
+                    kill_if_child_of(child, pid, libc::SIGKILL);
+                }
             }
         }
         let _ = self.child.kill();
@@ -205,6 +209,29 @@ pub fn kill(pid: i32, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// The parent of `pid` (field 4 of /proc/PID/stat), `None` when gone.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Sends `signal` to `pid` only if it is still a child of `parent`, a
+/// process the test has not reaped: a pid read earlier may have been
+/// given to another process since (another test's, or another job's on
+/// this machine), which a bare kill would hit.
+pub fn kill_if_child_of(pid: i32, parent: i32, signal: i32) {
+    if pid > 0 && parent_of(pid) == Some(parent) {
+        // SAFETY: kill(2) on a child of a process this test started and
+        // has not reaped, so its pid is still that process's.
+        unsafe { libc::kill(pid, signal) };
+    }
 }
 
 /// The state letter of /proc/PID/stat (`R`, `S`, `Z`, …), `None` when gone.
