@@ -22,7 +22,8 @@ mod threads;
 pub use process::{Target, leave_command_group, stop_all, wait_exited};
 pub use spawn::{CommandLine, die_with_parent, start_command};
 pub use threads::{
-    interrupt_helper, interrupt_signal_in_use, spawn_helper, tolerating_file_size_limit,
+    block_signals_on_this_thread, interrupt_helper, interrupt_signal_in_use, spawn_helper,
+    tolerating_file_size_limit, with_signals_blocked,
 };
 
 use crate::mode::LockMode;

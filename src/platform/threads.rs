@@ -55,24 +55,42 @@ pub fn spawn_helper<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> io::Result<std::thread::JoinHandle<T>> {
     install_interrupt()?;
-    // SAFETY: plain calls on local, initialised signal sets; the old mask
-    // is restored before returning.
-    let old = unsafe {
+    // std's default stack: a helper may run a remote client's futures,
+    // which need more than a kernel lock call; untouched pages cost nothing.
+    with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(work)
+    })
+}
+
+/// Runs `start` with every signal but the interrupt one blocked on the
+/// calling thread, then restores the mask. A thread inherits its creator's
+/// mask, so every thread `start` creates (a client library's runtime
+/// workers, a watcher) keeps lockrun's handlers off it: they run only on
+/// the main thread, where the wake pipe is known to be open.
+pub fn with_signals_blocked<T>(start: impl FnOnce() -> T) -> T {
+    let old = block_signals_on_this_thread();
+    let result = start();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    result
+}
+
+/// Blocks every signal but the interrupt one on the calling thread and
+/// returns the mask it had. For a thread lockrun does not start itself (a
+/// client library's runtime calls it from its thread-start hook): signals
+/// sent to lockrun then never run a handler there.
+pub fn block_signals_on_this_thread() -> libc::sigset_t {
+    // SAFETY: plain calls on local, initialised signal sets.
+    unsafe {
         let mut blocked = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
         libc::sigfillset(blocked.as_mut_ptr());
         libc::sigdelset(blocked.as_mut_ptr(), interrupt_signal());
         let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
         libc::pthread_sigmask(libc::SIG_BLOCK, blocked.as_ptr(), old.as_mut_ptr());
         old.assume_init()
-    };
-    // std's default stack: a helper may run a remote client's futures,
-    // which need more than a kernel lock call; untouched pages cost nothing.
-    let spawned = std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(work);
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    spawned
+    }
 }
 
 /// Makes a blocking system call on the helper thread return EINTR.

@@ -180,6 +180,12 @@ impl Client {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("etcd-io")
+            // Every thread of the runtime (workers, the blocking pool that
+            // resolves names) keeps signals off: lockrun's handlers write to
+            // the wake pipe, which only the main thread knows to be open.
+            .on_thread_start(|| {
+                crate::platform::block_signals_on_this_thread();
+            })
             .enable_all()
             .build()
             .map_err(|e| error(format!("cannot start the etcd client: {e}")))?;

@@ -42,10 +42,12 @@ impl Session {
     pub fn start(client: Client, lease: i64, ttl: Duration, kill_grace: Duration) -> Session {
         let shared = Arc::new(Shared::new(State::default()));
         let inner = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("lease".into())
-            .spawn(move || keep_alive(&inner, &client, lease, ttl, kill_grace))
-            .ok();
+        let thread = crate::platform::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("lease".into())
+                .spawn(move || keep_alive(&inner, &client, lease, ttl, kill_grace))
+        })
+        .ok();
         if thread.is_none() {
             shared.lock().lost = Some("cannot start the thread that renews the lease".into());
         }

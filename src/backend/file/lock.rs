@@ -28,7 +28,7 @@ pub use crate::mode::LockMode;
 
 /// Which kernel lock to take: the one place that knows the lock calls.
 /// Everything else passes a `LockKind` through and calls `try_lock`,
-/// `lock` or `lock_in_background`, whichever it is.
+/// `lock` (on a helper thread, through `duplicate`), whichever it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LockKind {
     /// flock(2) on the whole file (the default, and flock(1)'s).
@@ -210,27 +210,6 @@ impl LockFile {
     /// Waits in the kernel until the lock is ours.
     pub fn lock(&self, mode: LockMode) -> io::Result<()> {
         take(&self.file, self.kind, mode, true).map(drop)
-    }
-
-    /// Starts a blocking kernel wait on a helper thread, which calls `done`
-    /// with the result. The kernel hands the lock over the moment it is
-    /// released, so a waiter never sleeps past a release as a polling loop
-    /// would; the caller keeps its own thread free to enforce a deadline and
-    /// react to signals. The helper locks a duplicate descriptor: flock and
-    /// OFD locks belong to the open file description, which the duplicate
-    /// shares.
-    pub fn lock_in_background(
-        &self,
-        mode: LockMode,
-        done: impl FnOnce(io::Result<()>) + Send + 'static,
-    ) -> io::Result<()> {
-        let dup = self.file.try_clone()?;
-        let kind = self.kind;
-        std::thread::Builder::new()
-            .name("lock-wait".into())
-            .stack_size(64 * 1024)
-            .spawn(move || done(take(&dup, kind, mode, true).map(drop)))?;
-        Ok(())
     }
 
     /// A second descriptor on the same open file description, for a helper

@@ -744,9 +744,11 @@ impl Contender for PgBackend {
         // as long as connecting does: sent from a thread of its own.
         let target = self.target.clone();
         let token = self.cancel.clone();
-        let _ = std::thread::Builder::new()
-            .name("pg-cancel".into())
-            .spawn(move || target.cancel(&token));
+        let _ = crate::platform::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("pg-cancel".into())
+                .spawn(move || target.cancel(&token))
+        });
     }
 
     fn undo(&mut self) {

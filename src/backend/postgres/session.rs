@@ -115,13 +115,18 @@ impl Session {
             return;
         };
         let shared = self.shared;
-        let pinger = std::thread::Builder::new()
-            .name("pg-ping".into())
-            .spawn(move || ping(shared, key, first, ttl));
-        let watcher = std::thread::Builder::new()
-            .name("pg-watch".into())
-            .spawn(move || watch(shared, grace))
-            .ok();
+        // Signals stay on the main thread, where the handlers' wake pipe
+        // is known to be open.
+        let (pinger, watcher) = crate::platform::with_signals_blocked(|| {
+            let pinger = std::thread::Builder::new()
+                .name("pg-ping".into())
+                .spawn(move || ping(shared, key, first, ttl));
+            let watcher = std::thread::Builder::new()
+                .name("pg-watch".into())
+                .spawn(move || watch(shared, grace))
+                .ok();
+            (pinger, watcher)
+        });
         if pinger.is_err() || watcher.is_none() {
             shared.lock().lost = Some("cannot start the threads that watch the connection".into());
         }
