@@ -474,7 +474,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let bad = || format!("'{text}' is not a size (write e.g. 0, 4096, 4K, 1MiB)");
     let number: u64 = number.parse().map_err(|_| bad())?;
     let suffix = suffix.to_ascii_uppercase();
-    let (letter, rest) = suffix.split_at(suffix.len().min(1));
+    // Split after the first character, not the first byte: a suffix that
+    // starts with a multi-byte character (`4é`) is an error, not a panic.
+    let first = suffix.chars().next().map_or(0, char::len_utf8);
+    let (letter, rest) = suffix.split_at(first);
     let power = match letter {
         "" => 0,
         "K" => 1,

@@ -560,6 +560,9 @@ Every path was reported.
 .B 66
 A path exists but cannot be read.
 .TP
+.B 71
+The report cannot be written (standard output full or closed).
+.TP
 .B 64
 Usage error.
 ";
@@ -584,6 +587,9 @@ The lock is free, or there is no lock file.
 .TP
 .B 69
 It cannot be told without taking the lock (the reason is printed).
+.TP
+.B 71
+The answer cannot be written (standard output full or closed).
 .TP
 .B 64
 Usage error.

@@ -15,9 +15,8 @@ use crate::identity::Liveness;
 use crate::mode::LockMode;
 use crate::platform::{self, FdHolder, KernelLock, LockSpan};
 use crate::record::{self, Record};
-use rustix::fs::{Mode, OFlags};
 use serde::Serialize;
-use std::fs::{self, File, TryLockError};
+use std::fs::{self, TryLockError};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -336,37 +335,27 @@ fn conclude_unseen(
 
 /// Takes and at once releases a lock attempt: the only certain answer where
 /// the kernel's table is incomplete, and the only code here that touches the
-/// lock. Never creates the file.
-pub fn probe(path: &Path) -> io::Result<State> {
-    let fd = match rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(State::Free),
-        Err(e) => return Err(e.into()),
+/// lock. Never creates the file, and opens only a regular file (or a
+/// directory): `None` for anything else, whose state stays unknown.
+pub fn probe(path: &Path) -> io::Result<Option<State>> {
+    let Some(file) = crate::backend::file::lock::open_to_read(path)? else {
+        return Ok(path.symlink_metadata().is_err().then_some(State::Free));
     };
-    let file = File::from(fd);
     match file.try_lock() {
         Ok(()) => {
             file.unlock()?;
-            Ok(State::Free)
+            Ok(Some(State::Free))
         }
-        Err(TryLockError::WouldBlock) => Ok(State::Held),
+        Err(TryLockError::WouldBlock) => Ok(Some(State::Held)),
         Err(TryLockError::Error(e)) => Err(e),
     }
 }
 
 fn read_record(path: &Path, dev: u64, ino: u64) -> io::Result<Option<Record>> {
-    // Non-blocking, so that a FIFO swapped in after the stat cannot hang us;
-    // checked through the descriptor that it is still the same file.
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let file = File::from(fd);
+    // Checked through the descriptor that it is still the file stat saw.
+    let Some(file) = crate::backend::file::lock::open_to_read(path)? else {
+        return Ok(None);
+    };
     let meta = file.metadata()?;
     if !meta.is_file() || meta.dev() != dev || meta.ino() != ino {
         return Ok(None);

@@ -19,6 +19,18 @@
 //!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
 //!   and `platform`, the one place for operating-system specifics.
 
+/// One line on stderr, as `eprintln!` writes it, but a failed write (a full
+/// disk behind `2>/dev/full`, a closed pipe where SIGPIPE is ignored) is
+/// dropped instead of panicking: a message must never kill lockrun, least
+/// of all while it holds a lock and still owes the record its end.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod backend;
 pub mod cli;
 pub mod display;

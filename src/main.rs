@@ -36,7 +36,7 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
         Ok(Ending::Signal(sig)) if persona::is_flock() => exit_codes::for_signal(sig),
         Ok(Ending::Signal(sig)) => signals::die_by(sig),
         Err(failure) => {
-            eprintln!("{}: {failure}", persona::name());
+            lockrun::say!("{}: {failure}", persona::name());
             failure.status
         }
     };
@@ -123,10 +123,10 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
                 {
                     status = exit_codes::UNAVAILABLE;
                 }
-                print_report(&found, json);
+                print_report(&found, json)?;
             }
             Err(failure) => {
-                eprintln!("lockrun: {failure}");
+                lockrun::say!("lockrun: {failure}");
                 status = failure.status;
             }
         }
@@ -139,13 +139,18 @@ fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8
     // --probe tries a file lock; an etcd lock's state is never in doubt
     // while etcd answers, and a probe cannot help when it does not.
     if let (true, State::Unknown, LockTarget::File(path)) = (probe, found.state, target) {
-        found.state = inspect::probe(path)
+        let probed = inspect::probe(path)
             .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot probe", path, &e))?;
-        found.reason =
-            Some("probed: tried the lock without waiting and released it at once".into());
+        found.reason = Some(match probed {
+            Some(state) => {
+                found.state = state;
+                "probed: tried the lock without waiting and released it at once".into()
+            }
+            None => "not probed: --probe opens only a regular file or a directory".into(),
+        });
     }
     if !quiet {
-        print_report(&found, json);
+        print_report(&found, json)?;
     }
     Ok(match found.state {
         State::Held => 0,
@@ -154,11 +159,22 @@ fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8
     })
 }
 
-fn print_report(found: &inspect::Report, json: bool) {
+/// A report that cannot be written (`>/dev/full`, a closed pipe) is an
+/// answer nobody got: exit 71 with the OS error rather than a panic or a
+/// status that claims the report was made.
+fn print_report(found: &inspect::Report, json: bool) -> Result<(), Failure> {
     let text = if json {
         lockrun::sanitize::json(found).unwrap_or_default()
     } else {
         report::human(found)
     };
-    println!("{text}");
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|e| {
+            Failure::new(
+                exit_codes::OS_ERROR,
+                format!("cannot write to standard output: {e}"),
+            )
+        })
 }

@@ -83,7 +83,7 @@ pub fn say_acquired(mode: LockMode, label: &str, waited: Duration) {
             waited.subsec_micros()
         ));
     } else {
-        eprintln!(
+        crate::say!(
             "lockrun: took the {} lock on {label} after {}",
             mode.as_str(),
             display::span(waited)
@@ -108,9 +108,9 @@ pub fn say_executing(program: &OsStr) {
 pub fn say_not_acquired(verbose: bool, waited: Duration) {
     if is_flock() && verbose {
         if waited.is_zero() {
-            eprintln!("flock: failed to get lock");
+            crate::say!("flock: failed to get lock");
         } else {
-            eprintln!("flock: timeout while waiting to get lock");
+            crate::say!("flock: timeout while waiting to get lock");
         }
     }
 }

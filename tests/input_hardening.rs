@@ -196,3 +196,126 @@ fn a_device_is_refused_without_being_opened() {
         opens.join("\n")
     );
 }
+
+/// `check --probe` runs where the kernel's table cannot tell (here a child
+/// PID namespace); it used to open whatever the path named, so a FIFO's
+/// blocked writer was woken (and killed by SIGPIPE at the close) and the
+/// FIFO reported free. It now opens only a regular file or a directory.
+#[test]
+fn check_probe_never_opens_a_fifo() {
+    let works = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        skip("unshare --pid --fork --mount-proc does not work here (needs root)");
+        return;
+    }
+    let dir = temp_dir();
+    let fifo = dir.path().join("fifo.lock");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut writer = Command::new("sh")
+        .args(["-c", r#"echo payload > "$P""#])
+        .env("P", &fifo)
+        .spawn()
+        .unwrap();
+    wait_asleep("the writer to block in open", writer.id() as i32);
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", bin(), "check", "--probe"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(69), "{text}{out:?}");
+    assert!(text.contains("not probed"), "{text}");
+    assert!(
+        writer.try_wait().unwrap().is_none(),
+        "check --probe opened the FIFO and woke its writer"
+    );
+    let out = Command::new("timeout")
+        .args(["10", "cat"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "payload\n");
+    assert!(writer.wait().unwrap().success());
+}
+
+/// A size whose suffix starts with a multi-byte character used to split a
+/// UTF-8 character in two: a panic (exit 134) instead of a usage error.
+#[test]
+fn a_size_with_a_non_ascii_suffix_is_a_usage_error() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    for args in [
+        &["--start", "4é"][..],
+        &["--length", "1µ"],
+        &["--start", "1KЖ"],
+        &["--length", "€"],
+    ] {
+        lockrun()
+            .args(args)
+            .arg(&lock)
+            .arg("true")
+            .assert()
+            .code(64)
+            .stderr(predicates::str::contains("is not a size"));
+    }
+}
+
+/// A report written to a full disk used to panic in println! (exit 134).
+/// It is an error with the OS's reason, and a status that says the report
+/// was not made; a run's own messages to a full stderr are dropped, and the
+/// run goes on as if they were written.
+#[test]
+fn output_to_a_full_device_is_an_error_not_a_panic() {
+    if !std::path::Path::new("/dev/full").exists() {
+        skip("no /dev/full here");
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    for sub in ["holder", "check"] {
+        let out = std_lockrun()
+            .arg(sub)
+            .arg(&lock)
+            .stdout(full())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(71), "{sub}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("No space left on device"),
+            "{sub}: {out:?}"
+        );
+    }
+    // A conflict message to a full stderr: still 75, and nothing else.
+    let (_holder, _) = Background::lockrun_holding(&["--no-record"], &lock, "echo ready; read x");
+    let out = std_lockrun()
+        .args(["-n"])
+        .arg(&lock)
+        .arg("true")
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    // A command that is not found, told to a full stderr: 127, no panic.
+    let out = std_lockrun()
+        .arg(dir.path().join("other.lock"))
+        .arg("/nonexistent/command")
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+}

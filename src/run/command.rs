@@ -74,10 +74,10 @@ pub fn wait_for_command<T>(
 pub fn report_spawn_failure(program: &OsStr, e: &io::Error) -> u8 {
     let program = display::escape(&program.to_string_lossy());
     if e.kind() == io::ErrorKind::NotFound {
-        eprintln!("{}: {program}: command not found", persona::name());
+        crate::say!("{}: {program}: command not found", persona::name());
         persona::exec_failed(exit_codes::NOT_FOUND)
     } else {
-        eprintln!("{}: {program}: cannot execute: {e}", persona::name());
+        crate::say!("{}: {program}: cannot execute: {e}", persona::name());
         persona::exec_failed(exit_codes::CANNOT_EXECUTE)
     }
 }

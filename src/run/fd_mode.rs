@@ -58,7 +58,7 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
                 let file = lock::describe_fd(opts.fd);
                 let file = display::escape(&file.to_string_lossy());
                 let holder = crate::backend::file::holder::conflict_holder(backend.lock(), &file);
-                eprintln!("lockrun: {}", display::busy(&file, &holder, waited));
+                crate::say!("lockrun: {}", display::busy(&file, &holder, waited));
             }
             Ok(opts.conflict_status)
         }

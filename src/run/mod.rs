@@ -233,7 +233,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         recording.finish(&mut held, Some((pid, start)), exit);
     }
     if let Err(reason) = held.release() {
-        eprintln!(
+        crate::say!(
             "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM (and SIGKILL if it still ran {} later)",
             persona::name(),
             flow.label,
@@ -242,7 +242,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         return Ok(Ending::Status(exit_codes::LOCK_LOST));
     }
     if let Some(stopped) = stopped {
-        eprintln!(
+        crate::say!(
             "{}: {}: {}",
             persona::name(),
             flow.label,
@@ -274,7 +274,7 @@ fn not_acquired<B: Backend>(
             persona::say_not_acquired(flow.verbose, waited);
             if !flow.quiet {
                 let holder = backend.conflict_holder();
-                eprintln!("lockrun: {}", display::busy(&flow.label, &holder, waited));
+                crate::say!("lockrun: {}", display::busy(&flow.label, &holder, waited));
             }
             Ok(Ending::Status(flow.conflict_status))
         }
@@ -332,7 +332,7 @@ impl Recording {
     fn prepare(flow: &Flow) -> Option<Recording> {
         if !flow.write_record || flow.mode != LockMode::Exclusive {
             if flow.verbose && flow.write_record {
-                eprintln!(
+                crate::say!(
                     "lockrun: no holder record for {}: {}",
                     flow.label,
                     record::NoRecord::Shared.explain()
@@ -395,7 +395,7 @@ impl Recording {
         if let Err(e) = held.store_record(&self.record, released) {
             self.failed = true;
             if !e.is_empty() {
-                eprintln!(
+                crate::say!(
                     "lockrun: could not write the holder record to {}: {e} (the lock itself is unaffected)",
                     self.label
                 );

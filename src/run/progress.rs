@@ -51,7 +51,7 @@ impl WaitObserver for Progress {
             // The same words as a conflict message: a record names the
             // holder only where the kernel confirms it.
             let held = lock.conflict_holder();
-            eprintln!("lockrun: waiting for {}, held by {held}", self.label);
+            crate::say!("lockrun: waiting for {}, held by {held}", self.label);
         }
         if self.is_live() && waited >= Duration::from_secs(1) {
             let holder = lock

@@ -417,6 +417,47 @@ fn open_safely(
 #[cfg(target_os = "linux")]
 const NFS_SUPER_MAGIC: i64 = 0x6969;
 
+/// Opens an existing lock file for reading, for `holder` and `check`, with
+/// the run path's care: the type is decided on an `O_PATH` descriptor and
+/// only a regular file (or a directory) is then opened, through that very
+/// descriptor, so a FIFO's blocked writer is never woken nor a device
+/// opened, even one swapped in after an earlier stat. `Ok(None)`: no such
+/// file, or not one lockrun would lock.
+#[cfg(target_os = "linux")]
+pub fn open_to_read(path: &Path) -> io::Result<Option<File>> {
+    let probe = match rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(probe) => probe,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let stat = rustix::fs::fstat(&probe)?;
+    let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let flags = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => flags,
+        FileType::Directory => flags | OFlags::DIRECTORY,
+        _ => return Ok(None),
+    };
+    Ok(Some(File::from(reopen(&probe, path, flags, &stat)?)))
+}
+
+/// Elsewhere: a non-blocking open, and the type checked on what was opened.
+#[cfg(not(target_os = "linux"))]
+pub fn open_to_read(path: &Path) -> io::Result<Option<File>> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let file = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => File::from(fd),
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let kind = file.metadata()?.file_type();
+    Ok((kind.is_file() || kind.is_dir()).then_some(file))
+}
+
 /// Opens the file an `O_PATH` descriptor stands for. Through /proc it is
 /// that very inode; without /proc (a bare chroot), by path again, checked
 /// to be the same inode, and non-blocking in case it was swapped for a FIFO.

@@ -152,7 +152,7 @@ impl Contender for FileBackend {
             return Ok(true);
         }
         if self.verbose {
-            eprintln!(
+            crate::say!(
                 "lockrun: {} was replaced or deleted while lockrun waited; locking the file now at that path",
                 self.label
             );
@@ -197,7 +197,7 @@ impl Backend for FileBackend {
                 Ok(file) => Some(file),
                 Err(reason) => {
                     if verbose {
-                        eprintln!(
+                        crate::say!(
                             "lockrun: no holder record for {}: {}",
                             self.label,
                             reason.explain()
@@ -271,7 +271,7 @@ impl Held for FileHeld {
             Ok(record::Release::Empty) => Err(String::new()),
             Ok(record::Release::LeftAlone(why)) => {
                 if self.verbose {
-                    eprintln!("lockrun: left {} as the command left it: {why}", self.label);
+                    crate::say!("lockrun: left {} as the command left it: {why}", self.label);
                 }
                 Ok(())
             }
