@@ -131,3 +131,67 @@ fn a_timeout_racing_a_release_ends_cleanly() {
     }
     assert_eq!(ran + timed_out, 40);
 }
+
+/// The race of a `-w` deadline with a release, made certain: strace holds
+/// every `flock(2)` a second on its way back, so the helper thread's
+/// blocking lock is granted (the holder lets go while it is queued) before
+/// the 0.5 s deadline but reported after it. Exit 75 must then mean that
+/// nothing is held: in fd mode the caller's descriptor used to keep the
+/// lock that lockrun had just said it did not get (d5f577a: 75, and
+/// `flock -n` on the file failed afterwards). A late success may be kept
+/// (0, the command ran) or undone (75, lock free); nothing else.
+#[test]
+fn a_lock_granted_at_the_deadline_is_kept_or_undone_never_held_after_75() {
+    if !needs("strace", "to hold lock calls past the deadline")
+        || !needs("flock", "to try the lock from outside")
+    {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    std::fs::write(&lock, "").unwrap();
+    let marker = dir.path().join("ran");
+    let delayed = |script: &str| {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(script)
+            .env("B", bin())
+            .env("L", &lock)
+            .env("M", &marker)
+            .stderr(Stdio::null());
+        cmd
+    };
+    // The run form, then fd mode: the shell reports what the caller's
+    // descriptor holds once lockrun is done with it.
+    let forms = [
+        r#"exec strace -f -qq -o /dev/null -e trace=flock -e inject=flock:delay_exit=1000000 \
+             "$B" -q -w 0.5 "$L" sh -c ': > "$M"'"#,
+        r#"( strace -f -qq -o /dev/null -e trace=flock -e inject=flock:delay_exit=1000000 \
+             "$B" -q -w 0.5 9; rc=$?
+           if flock -n "$L" true; then echo "rc=$rc free"; else echo "rc=$rc held"; fi ) 9>>"$L""#,
+    ];
+    for (form, script) in forms.iter().enumerate() {
+        let _ = std::fs::remove_file(&marker);
+        let (mut holder, _) =
+            Background::lockrun_holding(&["--no-record"], &lock, "echo ready; read x");
+        let mut waiter = Background::spawn(delayed(script));
+        wait_for("the delayed waiter to queue", || kernel_waiters(&lock) == 1);
+        holder.release();
+        holder.wait_exit(BOUND);
+        let status = waiter.wait_exit(BOUND);
+        if form == 0 {
+            match status.code() {
+                Some(0) => assert!(marker.exists(), "0 but the command did not run"),
+                Some(75) => assert!(!marker.exists(), "75 but the command ran"),
+                other => panic!("run form ended with {other:?}"),
+            }
+        } else {
+            let said = waiter.line(BOUND).unwrap_or_default();
+            assert!(
+                said == "rc=0 held" || said == "rc=75 free",
+                "fd mode: {said} (75 must mean the descriptor holds nothing)"
+            );
+        }
+        try_lock_now(&lock).success();
+    }
+}
