@@ -307,26 +307,33 @@ fn the_live_status_line_fits_the_terminal() {
         return;
     }
     let dir = temp_dir();
-    let lock = dir.path().join(format!("{}.lock", "long-name-".repeat(12)));
-    let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
-    let inner = format!("stty cols 50; {} -w 1.5 {} true", bin(), lock.display());
-    let out = Command::new("script")
-        .args(["-qec", &inner, "/dev/null"])
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(shown.contains("\r\x1b[Klockrun: waiting for"), "{shown:?}");
-    for piece in shown.split('\r') {
-        let visible = piece.replace("\x1b[K", "");
-        let visible = visible.trim_end_matches('\n');
-        // The final message after the timeout is an ordinary line.
-        if visible.starts_with("lockrun: timed out") || visible.is_empty() {
-            continue;
+    // Columns, not characters: each CJK character takes two, so a name cut
+    // by characters wrapped the line and left a row of junk per refresh.
+    for (name, cols) in [
+        ("long-name-".repeat(12), 50),
+        ("夜間バックアップ".repeat(6), 100),
+    ] {
+        let lock = dir.path().join(format!("{name}.lock"));
+        let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 60");
+        let inner = format!("stty cols {cols}; {} -w 1.5 {} true", bin(), lock.display());
+        let out = Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(shown.contains("\r\x1b[Klockrun: waiting for"), "{shown:?}");
+        for piece in shown.split('\r') {
+            let visible = piece.replace("\x1b[K", "");
+            let visible = visible.trim_end_matches('\n');
+            // The final message after the timeout is an ordinary line.
+            if visible.starts_with("lockrun: timed out") || visible.is_empty() {
+                continue;
+            }
+            let used = lockrun::display::columns(visible);
+            assert!(
+                used < cols,
+                "{used} columns on a {cols}-column terminal: {visible:?}"
+            );
         }
-        assert!(
-            visible.chars().count() < 50,
-            "{} columns on a 50-column terminal: {visible:?}",
-            visible.chars().count()
-        );
     }
 }

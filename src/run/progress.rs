@@ -95,32 +95,41 @@ fn terminal_columns() -> usize {
 /// `lockrun: waiting for LABEL (held by HOLDER): 3.2s / 10s`, no wider than
 /// the terminal less one column: a status line that wraps leaves a row of
 /// junk behind at every refresh. The holder gives way first, then the
-/// label, so that the time waited stays in view. (Every character counts
-/// as one column: label and holder are escaped.)
+/// label, so that the time waited stays in view. Widths are terminal
+/// columns (a CJK file name or an emoji takes two per character), counted
+/// on text already escaped.
 fn status_line(label: &str, holder: &str, time: &str, columns: usize) -> String {
+    use crate::display::{char_columns, columns as width};
     let room = columns.saturating_sub(1).max(1);
-    let width = |parts: &[&str]| parts.iter().map(|p| p.chars().count()).sum::<usize>();
+    // The longest prefix of `text` that fits in `keep` columns.
+    let fit = |text: &str, keep: usize| -> String {
+        let mut used = 0;
+        text.chars()
+            .take_while(|&c| {
+                used += char_columns(c);
+                used <= keep
+            })
+            .collect()
+    };
     let cut = |text: &str, keep: usize| -> String {
-        if text.chars().count() <= keep {
+        if width(text) <= keep {
             text.to_owned()
         } else if keep == 0 {
             String::new()
         } else {
-            text.chars().take(keep - 1).collect::<String>() + "…"
+            fit(text, keep - 1) + "…"
         }
     };
-    let frame = ["lockrun: waiting for ", " (held by ", "): "];
-    let fixed = width(&frame) + width(&[time]);
-    let label_width = label.chars().count();
-    let holder_room = room.saturating_sub(fixed + label_width).max(8);
+    let fixed = width("lockrun: waiting for  (held by ): ") + width(time);
+    let holder_room = room.saturating_sub(fixed + width(label)).max(8);
     let holder = cut(holder, holder_room);
-    let label_room = room.saturating_sub(fixed + holder.chars().count());
+    let label_room = room.saturating_sub(fixed + width(&holder));
     let label = cut(label, label_room);
     let line = format!("lockrun: waiting for {label} (held by {holder}): {time}");
-    if line.chars().count() <= room {
+    if width(&line) <= room {
         line
     } else {
-        line.chars().take(room).collect()
+        fit(&line, room)
     }
 }
 
@@ -141,5 +150,22 @@ mod tests {
         }
         let wide = status_line(label, holder, "3.2s", 300);
         assert!(wide.contains(holder) && wide.contains(label), "{wide}");
+    }
+
+    /// A file name in CJK or with emoji takes two columns a character: cut
+    /// by characters, the line wrapped on 80 columns.
+    #[test]
+    fn wide_characters_count_as_two_columns() {
+        let label =
+            "/srv/ロック/バックアップ用のとても長いディレクトリ名/夜間のバックアップ🔒🔒🔒.lock";
+        let holder = "pid 4243 (バックアップ.sh --全部) since 02:00:03 (13m ago)";
+        for columns in [20, 40, 60, 80, 120] {
+            let line = status_line(label, holder, "3.2s / 10s", columns);
+            let used = crate::display::columns(&line);
+            assert!(used < columns, "{columns} columns, {used} used: {line}");
+            if columns >= 60 {
+                assert!(line.ends_with("): 3.2s / 10s"), "{columns}: {line}");
+            }
+        }
     }
 }
