@@ -28,25 +28,96 @@ fn top_module(src: &Path, file: &Path) -> Option<String> {
     (!matches!(name, "lib" | "main")).then(|| name.to_owned())
 }
 
-/// The modules a file's code refers to as `crate::NAME`, leaving out
-/// comments and tests.
-fn references(text: &str) -> BTreeSet<String> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
-    let mut found = BTreeSet::new();
-    for line in code.lines() {
-        let line = line.split("//").next().unwrap_or("");
-        let mut rest = line;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                found.insert(name);
+/// The code of a file without its comments, the contents of its string
+/// and character literals, and its `#[cfg(test)] mod tests` block: what is
+/// left is what the build links. (A `//` in a string is not a comment; a
+/// lifetime `'a` is not a character literal.)
+fn code_only(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '/' if chars.get(i + 1) == Some(&'/') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '/' if chars.get(i + 1) == Some(&'*') => {
+                i += 2;
+                while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
+                    i += 1;
+                }
+                i += 2;
+            }
+            '"' => {
+                i += 1;
+                while i < chars.len() && chars[i] != '"' {
+                    i += if chars[i] == '\\' { 2 } else { 1 };
+                }
+                i += 1;
+                out.push_str("\"\"");
+            }
+            // A character literal ('x', '\n', '\''), not a lifetime.
+            '\'' if chars.get(i + 2) == Some(&'\'') => i += 3,
+            '\'' if chars.get(i + 1) == Some(&'\\') => {
+                i += 2;
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
             }
         }
     }
+    out
+}
+
+/// The modules a file's code refers to as `crate::NAME`, or in a group,
+/// `crate::{a::x, b}`.
+fn references(text: &str) -> BTreeSet<String> {
+    let code = code_only(text);
+    let ident = |text: &str| -> String {
+        text.trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level items of the group: split at commas outside braces.
+            let mut depth = 0;
+            let mut start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        found.insert(ident(&group[start..i]));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.insert(ident(&group[start..i]));
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            found.insert(ident(rest));
+        }
+    }
+    found.remove("");
     found
 }
 
@@ -121,6 +192,45 @@ fn no_cycles_between_top_level_modules() {
         }
     }
     assert!(cycles.is_empty(), "module cycles:\n{}", cycles.join("\n"));
+}
+
+/// The bottom layer lib.rs names (the record, identity, display, ...,
+/// platform) is below everything: it reaches none of the modules above it.
+#[test]
+fn the_bottom_layer_reaches_nothing_above_it() {
+    let edges = graph();
+    let above = ["cli", "generate", "run", "backend", "inspect", "report"];
+    let bottom = [
+        "record",
+        "identity",
+        "display",
+        "sanitize",
+        "mode",
+        "persona",
+        "exit_codes",
+        "sync",
+        "platform",
+    ];
+    let mut wrong = Vec::new();
+    for low in bottom {
+        for high in above {
+            if reaches(&edges, low, high) {
+                wrong.push(format!("{low} reaches {high}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The reader itself: grouped imports, strings and comments.
+#[test]
+fn the_reader_sees_grouped_imports_and_skips_strings_and_comments() {
+    let text = "use crate::{a::X, b, c::{D, E}};\n\
+                let s = \"// crate::in_string\"; crate::after_string::f();\n\
+                // crate::in_comment\n\
+                /* crate::in_block */ fn f<'a>(x: &'a str) -> char { crate::g::h(); '\"' }\n";
+    let found: Vec<String> = references(text).into_iter().collect();
+    assert_eq!(found, ["a", "after_string", "b", "c", "g"]);
 }
 
 #[test]
