@@ -1,18 +1,20 @@
-//! lockrun: run a command while holding a kernel file lock, and tell who
-//! holds it.
+//! lockrun: run a command while holding a lock (a kernel lock on a file,
+//! or a lock URL on etcd or PostgreSQL), and tell who holds it.
 //!
 //! Dependencies flow one way (tests/layering.rs checks it):
 //!
 //! - `main` dispatches; `cli` parses (and `generate` prints its man page
 //!   and completions).
 //! - `run` is the one run flow every backend plugs into: `run::wait` (the
-//!   one waiter: deadline, status line, signals), `run::command` (start
-//!   and reap), `run::supervise` (`--max-time`), `run::signals`,
+//!   one waiter: deadline, signals; `run::progress`, the status line),
+//!   `run::command` (start and reap), `run::supervise` (`--max-time`),
+//!   `run::signals`,
 //!   `run::fd_mode` (flock(1)'s descriptor form), `run::urls` (lock URLs).
 //! - `backend` is the seam: `Capabilities`, `Contender`, `Backend`, `Held`;
-//!   each backend in its own folder (`file`, with `slots`; `etcd`;
-//!   `postgres`), and `backend::lost`, what every lock URL does when its
-//!   lock is lost. A backend knows nothing of the run flow.
+//!   each backend in its own folder (`file`, with `slots` and `holder`,
+//!   who holds it for the run path's messages; `etcd`; `postgres`), and
+//!   `backend::lost`, what every lock URL does when its lock is lost. A
+//!   backend knows nothing of the run flow.
 //! - `inspect` and `report` answer `holder`/`check`, for every backend;
 //!   the run path never reaches them.
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
