@@ -532,3 +532,49 @@ fn sigkill_to_the_process_group_ends_the_command_and_lockrun_records_it() {
     );
     try_lock_now(&lock).success();
 }
+
+/// A lockrun that leads a process group of its own (a job-control shell's
+/// job, `Popen(process_group=0)`) cannot leave it for a new one: it joins
+/// its caller's group, the only other it may join (docs/GUIDE.md,
+/// "Signals"). Its old group's signals then reach the command once, and a
+/// signal to the caller's group, which now holds lockrun, reaches the
+/// command once too, forwarded.
+#[test]
+fn a_group_leader_joins_its_callers_group_and_each_group_signal_arrives_once() {
+    if !needs("setsid", "to start lockrun without a terminal")
+        || !needs("perl", "to make lockrun lead its own process group")
+    {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (caller, group, lockrun) = lockrun_in_a_process_group(&lock, COUNTER, true);
+    assert_eq!(
+        process_group(lockrun),
+        Some(group.session),
+        "lockrun's group"
+    );
+    // The caller's shell dies of USR1 (it has no trap); the command, whose
+    // output the test reads, is told once, by lockrun.
+    signal_group(group.session, libc::SIGUSR1);
+    assert_eq!(caller.line(BOUND).as_deref(), Some("got USR1"));
+    signal_group(group.id, libc::SIGHUP);
+    assert_eq!(caller.line(BOUND).as_deref(), Some("got HUP"));
+    let mut rest = Vec::new();
+    for _ in 0..2 {
+        kill(lockrun, "USR2");
+        while let Some(line) = caller.line(BOUND) {
+            let done = line == "got USR2";
+            rest.push(line);
+            if done {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        rest,
+        ["got USR2", "got USR2"],
+        "a group signal arrived twice"
+    );
+    wait_for("lockrun to exit", || process_gone(lockrun));
+}
