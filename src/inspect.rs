@@ -227,6 +227,9 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     // names (cheap), then, when the table came in several reads that
     // entries can shift between, every process's.
     let unreleased = report.record.as_ref().filter(|r| !r.is_released());
+    // A live holder the record names whose descriptors we may not look at
+    // (another user's, without root).
+    let mut unconfirmed = false;
     if let Some(record) = unreleased
         && liveness == Some(Liveness::Alive)
     {
@@ -235,15 +238,30 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
             .flatten()
             .filter_map(|pid| i32::try_from(pid).ok());
         for pid in recorded {
-            if platform::process_holds(pid, dev, ino) == Some(true) {
-                return Ok(held_via(report, platform::fd_holders(dev, ino).0));
+            match platform::process_holds(pid, dev, ino) {
+                Some(true) => return Ok(held_via(report, platform::fd_holders(dev, ino).0)),
+                Some(false) => {}
+                None => unconfirmed = true,
             }
         }
     }
     if table.torn {
-        let found = platform::fd_holders(dev, ino).0;
+        let (found, complete) = platform::fd_holders(dev, ino);
         if !found.is_empty() {
             return Ok(held_via(report, found));
+        }
+        // The table may have skipped the lock, the record says a live
+        // holder has it, and its descriptors are hidden from us: "free"
+        // would be a guess, and the one guess this tool must not make.
+        if unconfirmed && !complete {
+            report.state = State::Unknown;
+            report.reason = Some(
+                "the kernel's lock table changed while it was read, and the live holder the \
+                 record names is another user's, whose descriptors only root can see \
+                 (`lockrun check --probe` can tell)"
+                    .into(),
+            );
+            return Ok(report);
         }
     }
 

@@ -376,6 +376,68 @@ fn churn_in_the_lock_table_never_makes_a_held_lock_free() {
     }
 }
 
+/// The same churn seen by a user who may not look at the holder's
+/// descriptors (root's lockrun, checked by nobody): a table read that
+/// skipped the lock cannot be corrected through fdinfo, so where the
+/// record names a live holder the answer must be "unknown" (69), never
+/// "free" (1).
+#[test]
+fn churn_never_makes_a_held_lock_free_for_another_user() {
+    if !needs("python3", "processes that churn the lock table")
+        || !needs("setpriv", "to check as another user")
+    {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("checking as another user needs root");
+        return;
+    }
+    let dir = temp_dir();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let lock = lock_in(&dir);
+    let spawn = |count: &str, churn: &str| {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", CHURN]).arg(dir.path()).args([count, churn]);
+        let bg = Background::spawn(cmd);
+        bg.expect_ready();
+        bg
+    };
+    let _before = spawn("600", "still");
+    let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 600");
+    let _after = spawn("600", "still");
+    let _churners: Vec<_> = (0..2).map(|_| spawn("0", "churn")).collect();
+    let (mut held, mut unknown, mut free) = (0, 0, 0);
+    for _ in 0..300 {
+        let status = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                bin(),
+                "check",
+                "-q",
+            ])
+            .arg(&lock)
+            .status()
+            .unwrap();
+        match status.code() {
+            Some(0) => held += 1,
+            Some(69) => unknown += 1,
+            Some(1) => free += 1,
+            other => panic!("check as nobody: {other:?}"),
+        }
+    }
+    assert_eq!(
+        free, 0,
+        "{free} of 300 checks as nobody said the held lock was free ({held} held, {unknown} unknown)"
+    );
+}
+
 /// As pid 1 of a container's PID namespace, lockrun's session, group and
 /// parent lie outside it and read as 0: the command must still run and its
 /// status come back (it once panicked there, leaving the group).
