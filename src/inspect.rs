@@ -329,9 +329,11 @@ fn conclude_unseen(
             && rec.pid_ns.is_some()
             && rec.pid_ns != surroundings.our_pid_ns
         {
+            let whom = rec
+                .pid
+                .map_or_else(|| "a process".to_owned(), |pid| format!("pid {pid}"));
             return Unseen::Unknown(format!(
-                "the record names pid {} in another PID namespace, and this namespace's lock table cannot show its locks",
-                rec.pid.unwrap_or(0)
+                "the record names {whom} in another PID namespace, and this namespace's lock table cannot show its locks"
             ));
         }
         return Unseen::Unknown(

@@ -38,9 +38,11 @@ pub fn conflict_holder(lock: &LockFile, label: &str) -> String {
         // A released or dead record whose lock is still held: typically a
         // background child of that command inherited it.
         Confirmed::Gone => format!(
-            "a process the record does not name (it names pid {} ({}), which is gone; \
+            "a process the record does not name (it names {} ({}), which is gone; \
              a background child of it may hold the lock): `{ask}` names it",
-            record.pid.unwrap_or(0),
+            record
+                .pid
+                .map_or_else(|| "a process".to_owned(), |pid| format!("pid {pid}")),
             display::record_command(&record)
         ),
         // Alive but not holding: a stale record, or a forged one. Its pid
