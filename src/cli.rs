@@ -334,6 +334,12 @@ pub enum LockTarget {
 }
 
 impl LockTarget {
+    /// A lock URL: its service, not this machine's kernel, holds the lock,
+    /// so a look-up that cannot tell means the service could not be asked.
+    pub fn is_url(&self) -> bool {
+        !matches!(self, LockTarget::File(_))
+    }
+
     pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
         if crate::backend::postgres::is_url(&arg) {
             return parse_postgres(&arg);

@@ -45,19 +45,44 @@ pub struct Report {
     /// The lock file exists but its content could not be read.
     #[serde(skip)]
     pub unreadable: bool,
-    /// For a lock URL: the holder's key in etcd. Absent for files, whose
-    /// JSON schema is unchanged.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub etcd: Option<EtcdLock>,
     /// `--slots N`: N, and the report on each slot's lock file (slot 1
     /// first). Absent for a plain lock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slots: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot_reports: Option<Vec<Report>>,
-    /// For a PostgreSQL lock URL: the advisory key and the holding session.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub postgres: Option<PgLock>,
+    /// For a lock URL: what its service says of the lock, under the
+    /// backend's own name in JSON (`etcd`, `postgres`). Absent for files,
+    /// whose JSON schema is unchanged.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub service: Option<Service>,
+}
+
+/// What a lock URL's backend adds to a report, in terms every backend
+/// fills the same way: so `holder`'s output, its JSON and its exit status
+/// never ask which backend it was (each builds its own: `inspect::etcd`,
+/// `inspect::postgres`).
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// The JSON key of `json`: the backend's name.
+    pub name: &'static str,
+    /// Who holds a lock when no process can be named: "an etcd client".
+    pub holder: &'static str,
+    /// Lines under the holder, already escaped for the terminal.
+    pub details: Vec<String>,
+    /// What a free lock says when the service keeps no past holder.
+    pub no_past_holders: Option<&'static str>,
+    pub json: serde_json::Value,
+}
+
+/// `{"NAME": {...}}`, flattened into the report.
+impl Serialize for Service {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(self.name, &self.json)?;
+        map.end()
+    }
 }
 
 impl Report {
@@ -74,39 +99,11 @@ impl Report {
             exists: true,
             waiting: 0,
             unreadable: false,
-            etcd: None,
             slots: None,
             slot_reports: None,
-            postgres: None,
+            service: None,
         }
     }
-}
-
-/// The etcd key that holds a lock URL's lock.
-#[derive(Debug, Clone, Serialize)]
-pub struct EtcdLock {
-    pub key: String,
-    /// The holder's lease id, in hex as in the key.
-    pub lease: String,
-    /// The key's creation revision: what the holder's command got as
-    /// LOCKRUN_FENCING_TOKEN.
-    pub fencing_token: i64,
-}
-
-/// The PostgreSQL session holding a lock URL's advisory lock. Fields other
-/// than the key and pid are null without the privilege to see them
-/// (the same role, or pg_read_all_stats).
-#[derive(Debug, Clone, Serialize)]
-pub struct PgLock {
-    /// `pg_advisory_lock(KEY)` takes the same lock: `hashtextextended(NAME, 0)`.
-    pub key: i64,
-    /// The holding session's server process (`pg_terminate_backend` it).
-    pub backend_pid: Option<i32>,
-    pub application_name: Option<String>,
-    pub user: Option<String>,
-    pub client_addr: Option<String>,
-    /// When the holding session connected.
-    pub backend_start: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

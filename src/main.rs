@@ -118,9 +118,7 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
             Ok(found) => {
                 if found.unreadable {
                     status = exit_codes::NO_INPUT;
-                } else if found.state == State::Unknown
-                    && matches!(target, LockTarget::Etcd(_) | LockTarget::Postgres(_))
-                {
+                } else if found.state == State::Unknown && target.is_url() {
                     status = exit_codes::UNAVAILABLE;
                 }
                 print_report(&found, json)?;

@@ -112,14 +112,14 @@ fn held(report: &Report, path: &str) -> String {
         }) {
             let _ = write!(text, "\n  also held through {}", process(other));
         }
-        etcd_key(report, &mut text);
-        pg_session(report, &mut text);
+        service_details(report, &mut text);
         return text;
     }
 
     let mut text = match report.holders.as_slice() {
-        [] if report.etcd.is_some() => format!("{path}: held ({mode}) by an etcd client"),
-        [] if report.postgres.is_some() => format!("{path}: held ({mode}) by a PostgreSQL session"),
+        [] if let Some(service) = &report.service => {
+            format!("{path}: held ({mode}) by {}", service.holder)
+        }
         [] => format!(
             "{path}: held ({mode}) by a process lockrun cannot see from here \
              (outside this PID namespace, or another user's without root)"
@@ -165,47 +165,21 @@ fn held(report: &Report, path: &str) -> String {
         },
         Some(_) => {}
     }
-    etcd_key(report, &mut text);
-    pg_session(report, &mut text);
+    service_details(report, &mut text);
     text
 }
 
-/// For a lock URL: the key, lease and fencing token behind the lock.
-fn etcd_key(report: &Report, text: &mut String) {
-    if let Some(etcd) = &report.etcd {
-        let _ = write!(
-            text,
-            "\n  etcd key {}, lease {}, fencing token {}",
-            escape(&etcd.key),
-            escape(&etcd.lease),
-            etcd.fencing_token
-        );
-    }
-}
-
-/// For a PostgreSQL lock URL: the session that holds it and the key.
-fn pg_session(report: &Report, text: &mut String) {
-    let Some(pg) = &report.postgres else {
+/// For a lock URL: what its service says of the lock (an etcd key and its
+/// fencing token, a PostgreSQL session), and why no record came with it.
+fn service_details(report: &Report, text: &mut String) {
+    let Some(service) = &report.service else {
         return;
     };
-    let Some(pid) = pg.backend_pid else {
-        return;
-    };
-    let _ = write!(text, "\n  PostgreSQL session: server pid {pid}");
-    if let Some(app) = &pg.application_name {
-        let _ = write!(text, ", application '{}'", escape(app));
+    for line in &service.details {
+        let _ = write!(text, "\n  {line}");
     }
-    if let Some(user) = &pg.user {
-        let _ = write!(text, ", user {}", escape(user));
-    }
-    if let Some(addr) = &pg.client_addr {
-        let _ = write!(text, " from {}", escape(addr));
-    }
-    if let Some(since) = &pg.backend_start {
-        let _ = write!(text, ", connected {}", escape(since));
-    }
-    let _ = write!(text, "; advisory key {}", pg.key);
-    if report.record.is_none()
+    if !service.details.is_empty()
+        && report.record.is_none()
         && let Some(reason) = &report.reason
     {
         let _ = write!(text, "\n  ({})", escape(reason));
@@ -222,9 +196,8 @@ fn free(report: &Report, path: &str) -> String {
                 "{path}: free; its content could not be read, so who held it last is unknown"
             );
         }
-        if report.postgres.is_some() {
-            // The record lived in the holder's session, which has ended.
-            return format!("{path}: free (PostgreSQL keeps no record of past holders)");
+        if let Some(why) = report.service.as_ref().and_then(|s| s.no_past_holders) {
+            return format!("{path}: free ({why})");
         }
         return format!("{path}: free (no holder record)");
     };

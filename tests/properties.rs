@@ -2,7 +2,8 @@
 //! never panics, human output never carries a raw control character, and
 //! JSON output always parses (issue: hostile paths and bad input).
 
-use lockrun::inspect::{EtcdLock, Holder, Report, Span, State};
+use lockrun::inspect::etcd::EtcdLock;
+use lockrun::inspect::{Holder, Report, Span, State};
 use lockrun::record::{Exit, Record};
 use proptest::prelude::*;
 
@@ -121,14 +122,16 @@ fn any_report() -> impl Strategy<Value = Report> {
                     waiting,
                     unreadable,
                     // The key and lease come from etcd: as untrusted as a file.
-                    etcd: etcd.map(|(key, lease, fencing_token)| EtcdLock {
-                        key,
-                        lease,
-                        fencing_token,
+                    service: etcd.map(|(key, lease, fencing_token)| {
+                        EtcdLock {
+                            key,
+                            lease,
+                            fencing_token,
+                        }
+                        .into()
                     }),
                     slots: None,
                     slot_reports: None,
-                    postgres: None,
                 }
             },
         )
@@ -200,7 +203,10 @@ proptest! {
         prop_assert!(back["record_holder_alive"].is_boolean() || back["record_holder_alive"].is_null());
         prop_assert!(back.get("reason").is_some());
         // Files keep the schema they had before lock URLs: no `etcd` key.
-        prop_assert_eq!(back.get("etcd").is_some(), report.etcd.is_some());
+        prop_assert_eq!(back.get("etcd").is_some(), report.service.is_some());
+        if report.service.is_some() {
+            prop_assert!(back["etcd"]["key"].is_string() && back["etcd"]["fencing_token"].is_i64());
+        }
         // Nor `slots` unless the lock has them.
         prop_assert!(back.get("slots").is_none() && back.get("slot_reports").is_none());
     }

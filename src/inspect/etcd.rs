@@ -1,8 +1,10 @@
 //! `holder` and `check` on a etcd lock URL: read who holds it, never
 //! touching it. Only this module reaches the etcd client for reading.
 
+use crate::display::escape;
 use crate::exit_codes::Failure;
-use crate::inspect::Report;
+use crate::inspect::{Report, Service};
+use serde::Serialize;
 
 /// `holder`/`check` on a lock URL.
 pub fn look_up(url: &crate::backend::etcd::EtcdUrl) -> Result<Report, Failure> {
@@ -12,6 +14,34 @@ pub fn look_up(url: &crate::backend::etcd::EtcdUrl) -> Result<Report, Failure> {
     {
         let _ = url;
         Err(crate::backend::etcd::not_built())
+    }
+}
+
+/// The etcd key that holds a lock URL's lock.
+#[derive(Debug, Clone, Serialize)]
+pub struct EtcdLock {
+    pub key: String,
+    /// The holder's lease id, in hex as in the key.
+    pub lease: String,
+    /// The key's creation revision: what the holder's command got as
+    /// LOCKRUN_FENCING_TOKEN.
+    pub fencing_token: i64,
+}
+
+impl From<EtcdLock> for Service {
+    fn from(lock: EtcdLock) -> Service {
+        Service {
+            name: "etcd",
+            holder: "an etcd client",
+            details: vec![format!(
+                "etcd key {}, lease {}, fencing token {}",
+                escape(&lock.key),
+                escape(&lock.lease),
+                lock.fencing_token
+            )],
+            no_past_holders: None,
+            json: serde_json::to_value(&lock).unwrap_or_default(),
+        }
     }
 }
 
@@ -31,11 +61,12 @@ mod reading {
     //! report per slot, as a lock file's slots have; a free slot shows its
     //! last holder, kept under `NAME.slotK`.
 
+    use super::EtcdLock;
     use crate::backend::etcd::EtcdUrl;
     use crate::backend::etcd::client::{CALL_TIMEOUT, Client, EtcdError, Kv};
     use crate::backend::etcd::slots;
     use crate::identity::Liveness;
-    use crate::inspect::{EtcdLock, Holder, Report, State};
+    use crate::inspect::{Holder, Report, State};
     use crate::record::Record;
     use std::time::Instant;
 
@@ -123,11 +154,14 @@ mod reading {
                 }];
             }
         }
-        report.etcd = Some(EtcdLock {
-            key: owner.key,
-            lease: format!("{:x}", owner.lease),
-            fencing_token: owner.create_revision,
-        });
+        report.service = Some(
+            EtcdLock {
+                key: owner.key,
+                lease: format!("{:x}", owner.lease),
+                fencing_token: owner.create_revision,
+            }
+            .into(),
+        );
     }
 
     /// The last holders of slots, kept under `NAME.slotK`.

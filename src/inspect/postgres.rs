@@ -1,8 +1,10 @@
 //! `holder` and `check` on a postgres lock URL: read who holds it, never
 //! touching it. Only this module reaches the postgres client for reading.
 
+use crate::display::escape;
 use crate::exit_codes::Failure;
-use crate::inspect::Report;
+use crate::inspect::{Report, Service};
+use serde::Serialize;
 
 /// `holder`/`check` on a PostgreSQL lock URL.
 pub fn look_up(url: &crate::backend::postgres::PgUrl) -> Result<Report, Failure> {
@@ -12,6 +14,53 @@ pub fn look_up(url: &crate::backend::postgres::PgUrl) -> Result<Report, Failure>
     {
         let _ = url;
         Err(crate::backend::postgres::not_built())
+    }
+}
+
+/// The PostgreSQL session holding a lock URL's advisory lock. Fields other
+/// than the key and pid are null without the privilege to see them
+/// (the same role, or pg_read_all_stats).
+#[derive(Debug, Clone, Serialize)]
+pub struct PgLock {
+    /// `pg_advisory_lock(KEY)` takes the same lock: `hashtextextended(NAME, 0)`.
+    pub key: i64,
+    /// The holding session's server process (`pg_terminate_backend` it).
+    pub backend_pid: Option<i32>,
+    pub application_name: Option<String>,
+    pub user: Option<String>,
+    pub client_addr: Option<String>,
+    /// When the holding session connected.
+    pub backend_start: Option<String>,
+}
+
+impl From<PgLock> for Service {
+    fn from(lock: PgLock) -> Service {
+        let mut details = Vec::new();
+        if let Some(pid) = lock.backend_pid {
+            let mut line = format!("PostgreSQL session: server pid {pid}");
+            if let Some(app) = &lock.application_name {
+                line.push_str(&format!(", application '{}'", escape(app)));
+            }
+            if let Some(user) = &lock.user {
+                line.push_str(&format!(", user {}", escape(user)));
+            }
+            if let Some(addr) = &lock.client_addr {
+                line.push_str(&format!(" from {}", escape(addr)));
+            }
+            if let Some(since) = &lock.backend_start {
+                line.push_str(&format!(", connected {}", escape(since)));
+            }
+            line.push_str(&format!("; advisory key {}", lock.key));
+            details.push(line);
+        }
+        Service {
+            name: "postgres",
+            holder: "a PostgreSQL session",
+            details,
+            // The record lived in the holder's session, which has ended.
+            no_past_holders: Some("PostgreSQL keeps no record of past holders"),
+            json: serde_json::to_value(&lock).unwrap_or_default(),
+        }
     }
 }
 
@@ -29,6 +78,7 @@ mod reading {
     //! session ends with the lock, and its record with it: a free lock shows
     //! no last holder (keeping one would need a table).
 
+    use super::PgLock;
     use crate::backend::postgres::PgUrl;
     use crate::backend::postgres::connect::{self, Target};
     use crate::backend::postgres::lock::literal;
@@ -36,7 +86,7 @@ mod reading {
     use crate::backend::postgres::slots;
     use crate::display;
     use crate::exit_codes::{self, Failure};
-    use crate::inspect::{Holder, PgLock, Report, State};
+    use crate::inspect::{Holder, Report, State};
     use postgres::SimpleQueryMessage;
 
     /// `Err`: the URL or the environment cannot work (a usage error), before
@@ -143,7 +193,7 @@ mod reading {
             pg.client_addr = holder.client_addr.clone();
             pg.backend_start = holder.backend_start.clone();
         }
-        report.postgres = Some(pg);
+        report.service = Some(pg.into());
     }
 
     /// `--slots N`: a report per slot (as for a lock file's slots), each
@@ -169,14 +219,17 @@ mod reading {
             slots.push(slot);
         }
         // The queue's key: the head of the queue holds it, the rest wait.
-        report.postgres = Some(PgLock {
-            key: queue,
-            backend_pid: None,
-            application_name: None,
-            user: None,
-            client_addr: None,
-            backend_start: None,
-        });
+        report.service = Some(
+            PgLock {
+                key: queue,
+                backend_pid: None,
+                application_name: None,
+                user: None,
+                client_addr: None,
+                backend_start: None,
+            }
+            .into(),
+        );
         report.state = if slots.iter().any(|s| s.state == State::Held) {
             State::Held
         } else {
