@@ -462,3 +462,156 @@ fn a_release_wakes_one_waiter_not_the_crowd() {
         "waiters behind the new head woke on a release (a stampede)"
     );
 }
+
+/// lockrun with `args`, its stderr merged into the stdout that
+/// [`Background`] reads line by line (through a shell that execs it, so
+/// the pid is lockrun's).
+fn merged(args: &[&str]) -> Background {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", r#"exec "$0" "$@" 2>&1"#, bin()]).args(args);
+    Background::spawn(cmd)
+}
+
+/// How many pairs of jobs ran in the opposite order to the one they came
+/// in: 0 for first come, first served.
+fn inversions(served: &[usize]) -> usize {
+    (0..served.len())
+        .flat_map(|a| (a + 1..served.len()).map(move |b| (a, b)))
+        .filter(|&(a, b)| served[a] > served[b])
+        .count()
+}
+
+/// Waiters are served in about the order they came: they queue on
+/// LOCKFILE, a kernel wait, and only the head contends for the slots.
+/// Each waiter is started once the one before it visibly waits (its `-v`
+/// line, then asleep); one slot is let go, the other stays held, so the
+/// jobs go through one at a time and append their number to a file in the
+/// order they got the slot. The kernel wakes a released lock's waiters in
+/// the order they blocked and the first of them to run takes it, so on a
+/// loaded machine a neighbour may overtake: at most 2 of the 66 pairs of 12
+/// may be inverted. Measured: 0 in 10 runs; with the queue's kernel wait
+/// replaced by a try-and-sleep poll, 5 to 25 in 10 runs out of 10.
+#[test]
+fn waiters_are_served_in_about_the_order_they_came() {
+    const WAITERS: usize = 12;
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let order = dir.path().join("order");
+    let mut holders = fill(&lock, 2);
+    let lock_arg = lock.to_string_lossy().into_owned();
+    let order_arg = order.to_string_lossy().into_owned();
+    let waiters: Vec<Background> = (0..WAITERS)
+        .map(|i| {
+            let job = i.to_string();
+            let waiter = merged(&[
+                "-v",
+                "--slots",
+                "2",
+                &lock_arg,
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$0" >> "$1""#,
+                &job,
+                &order_arg,
+            ]);
+            let line = waiter.line(BOUND).unwrap_or_default();
+            assert!(line.contains("waiting for"), "waiter {i}: {line:?}");
+            wait_asleep("the waiter to sleep in its wait", waiter.pid());
+            waiter
+        })
+        .collect();
+    let (mut freed, ..) = holders.remove(0);
+    freed.release();
+    freed.wait_exit(BOUND);
+    for mut waiter in waiters {
+        assert!(waiter.wait_exit(BOUND).success());
+    }
+    let served: Vec<usize> = std::fs::read_to_string(&order)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let mut sorted = served.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..WAITERS).collect::<Vec<_>>(), "{served:?}");
+    let inverted = inversions(&served);
+    assert!(
+        inverted <= 2,
+        "served in the order {served:?}: {inverted} inversions"
+    );
+}
+
+/// The live status line with `--slots` on a terminal: it names each
+/// slot's holder and the time limit, and is wiped when a slot is taken.
+#[test]
+fn the_live_status_line_names_every_slot_holder_and_goes_when_a_slot_is_taken() {
+    if !needs("script", "a pseudo-terminal to test with") || !needs("stty", "to set its width") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut holders = fill(&lock, 2);
+    // Wide enough for both holders (the line is cut to the terminal).
+    let inner = format!(
+        "stty cols 400; exec {} --slots 2 -w 1.6 {} true",
+        bin(),
+        lock.display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(75), "{shown:?}");
+    let start = format!(
+        "\r\x1b[Klockrun: waiting for {} (held by 2 commands, one per slot (",
+        lock.display()
+    );
+    assert!(shown.contains(&start), "no live line: {shown:?}");
+    for (_, slot, pid) in &holders {
+        assert!(
+            shown.contains(&format!("slot {slot}: pid {pid} ")),
+            "slot {slot}'s holder {pid} not named: {shown:?}"
+        );
+    }
+    assert!(shown.contains(" / 1.6s"), "no timeout shown: {shown:?}");
+
+    // Waiting for ever: the line shows, then a slot frees, the line is
+    // wiped and the command's output starts on a clean line.
+    let inner = format!(
+        "stty cols 400; exec {} --slots 2 {} sh -c 'echo got slot $LOCKRUN_SLOT'",
+        bin(),
+        lock.display()
+    );
+    let mut script = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let (shown, mut out) = (shown.clone(), script.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut chunk) {
+                shown.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
+    wait_for("the live line", || text().contains(&start));
+    let (mut freed, slot, _) = holders.remove(0);
+    freed.release();
+    assert_eq!(wait_child(&mut script, BOUND).code(), Some(0));
+    reader.join().unwrap();
+    let shown = text();
+    let last_line = shown.rfind(&start).unwrap();
+    let after = &shown[last_line + start.len()..];
+    let wiped = after.find("\r\x1b[K").map(|at| &after[at + 4..]);
+    assert!(
+        wiped.is_some_and(|rest| rest.starts_with(&format!("got slot {slot}"))),
+        "the line was not wiped before the command's output: {shown:?}"
+    );
+}
