@@ -542,6 +542,164 @@ fn waiters_are_served_in_about_the_order_they_came() {
     );
 }
 
+/// A slot file replaced while the head of the queue waits on it: the old
+/// inode's lock, got when its holder lets go, excludes nobody who opens
+/// the slot file now, so the head must let go of it and contend for the
+/// file now at that path, and say so under -v (issue 12 item 7, for
+/// slots), or two commands run in slot 1.
+#[test]
+fn a_slot_file_replaced_while_waiting_is_locked_again() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut holders = fill(&lock, 2);
+    let lock_arg = lock.to_string_lossy().into_owned();
+    let job = ["--slots", "2", &lock_arg, "--", "sh", "-c"];
+    let script = "echo got $LOCKRUN_SLOT; read x";
+    let head = merged(&[&["-v"][..], &job, &[script]].concat());
+    assert!(head.line(BOUND).unwrap_or_default().contains("waiting for"));
+    wait_for("the head to wait on both slots", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1 && kernel_waiters(&slot_file(&lock, 2)) == 1
+    });
+    let replacement = dir.path().join("new");
+    std::fs::write(&replacement, "").unwrap();
+    std::fs::rename(&replacement, slot_file(&lock, 1)).unwrap();
+    let next = merged(&[&job[..], &[script]].concat());
+    wait_for("the next to queue behind the head", || {
+        kernel_waiters(&lock) == 1
+    });
+
+    let first = holders.iter().position(|h| h.1 == "1").unwrap();
+    let (mut old_holder, ..) = holders.remove(first);
+    old_holder.release();
+    old_holder.wait_exit(BOUND);
+    let mut waiters = [(head, Vec::new()), (next, Vec::new())];
+    let got = |waiters: &mut [(Background, Vec<String>)]| {
+        for (waiter, lines) in waiters.iter_mut() {
+            while let Some(line) = waiter.line(Duration::ZERO) {
+                lines.push(line);
+            }
+        }
+        waiters
+            .iter()
+            .filter(|(_, lines)| lines.iter().any(|l| l.starts_with("got")))
+            .count()
+    };
+    wait_for("one of them to run", || got(&mut waiters) >= 1);
+    // The other runs too (two in slot 1), or waits at the head on both
+    // slot files, the new slot 1 among them.
+    wait_for("the other to run or to wait on both slots", || {
+        got(&mut waiters) == 2
+            || (kernel_waiters(&slot_file(&lock, 1)) == 1
+                && kernel_waiters(&slot_file(&lock, 2)) == 1)
+    });
+    let running: Vec<&String> = waiters
+        .iter()
+        .flat_map(|(_, lines)| lines.iter().filter(|l| l.starts_with("got")))
+        .collect();
+    assert_eq!(running, ["got 1"], "ran beside the new slot 1's holder");
+    // The one running lets go: the other gets slot 1 in its turn.
+    let runs = waiters
+        .iter()
+        .position(|(_, lines)| lines.iter().any(|l| l.starts_with("got")))
+        .unwrap();
+    waiters[runs].0.release();
+    assert!(waiters[runs].0.wait_exit(BOUND).success());
+    let (other, lines) = &mut waiters[1 - runs];
+    let mut line = None;
+    while line.is_none() {
+        line = other.line(BOUND);
+        assert!(line.is_some(), "the other never ran: {lines:?}");
+        if line.as_deref().is_some_and(|l| !l.starts_with("got")) {
+            lines.extend(line.take());
+        }
+    }
+    assert_eq!(line.as_deref(), Some("got 1"));
+    other.release();
+    assert!(other.wait_exit(BOUND).success());
+    let said: Vec<&String> = waiters[0].1.iter().collect();
+    assert!(
+        said.iter().any(|l| l.contains("replaced or deleted")),
+        "the head did not say the slot file changed: {said:?}"
+    );
+}
+
+/// LOCKFILE deleted, then replaced, while a waiter is at the head of the
+/// queue: the waiter must take its slot through the LOCKFILE now at that
+/// path. Deleted: it makes it again, with N in it, so that `holder` sees
+/// the slots it holds (else `holder` finds no lock file while a slot is
+/// held). Replaced by one keeping another N: it is refused (64) as any
+/// newcomer would be, rather than running on the old file's N.
+#[test]
+fn lockfile_deleted_or_replaced_while_waiting_is_opened_again() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut holders = fill(&lock, 2);
+    let lock_arg = lock.to_string_lossy().into_owned();
+    let job = [
+        "-v",
+        "--slots",
+        "2",
+        &lock_arg,
+        "--",
+        "sh",
+        "-c",
+        "echo got $LOCKRUN_SLOT; read x",
+    ];
+    let at_the_head = |what: &str| {
+        wait_for(what, || {
+            kernel_waiters(&slot_file(&lock, 1)) == 1 && kernel_waiters(&slot_file(&lock, 2)) == 1
+        })
+    };
+    // The next line from `waiter` that is not one of -v's, and all of them.
+    let next_line = |waiter: &Background, said: &mut Vec<String>| loop {
+        let line = waiter
+            .line(BOUND)
+            .unwrap_or_else(|| panic!("no line: {said:?}"));
+        if !line.starts_with("lockrun: ") {
+            return line;
+        }
+        said.push(line);
+    };
+
+    let mut first = merged(&job);
+    at_the_head("the first waiter to wait at the head");
+    std::fs::remove_file(&lock).unwrap();
+    let one = holders.iter().position(|h| h.1 == "1").unwrap();
+    let (mut freed, ..) = holders.remove(one);
+    freed.release();
+    freed.wait_exit(BOUND);
+    let mut said = Vec::new();
+    assert_eq!(next_line(&first, &mut said), "got 1", "{said:?}");
+    assert!(
+        said.iter().any(|l| l.contains("replaced or deleted")),
+        "{said:?}"
+    );
+    let json = holder_json(&lock);
+    assert_eq!(json["exists"], true, "{json}");
+    assert_eq!(json["slots"], 2, "{json}");
+    assert_eq!(json["slot_reports"][0]["state"], "held", "{json}");
+
+    let mut second = merged(&job);
+    at_the_head("the second waiter to wait at the head");
+    let replacement = dir.path().join("new");
+    std::fs::write(&replacement, "{\"lockrun_slots\":1,\"slots\":3}\n").unwrap();
+    std::fs::rename(&replacement, &lock).unwrap();
+    first.release();
+    assert!(first.wait_exit(BOUND).success());
+    let status = second.wait_exit(BOUND);
+    let mut said = Vec::new();
+    while let Some(line) = second.line(Duration::ZERO) {
+        said.push(line);
+    }
+    assert_eq!(status.code(), Some(64), "{said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("used with --slots 3") && l.contains("not --slots 2")),
+        "{said:?}"
+    );
+    assert!(!said.iter().any(|l| l.starts_with("got")), "{said:?}");
+}
+
 /// The live status line with `--slots` on a terminal: it names each
 /// slot's holder and the time limit, and is wiped when a slot is taken.
 #[test]
