@@ -1,6 +1,8 @@
 //! `--slots N` across real processes: at most N at once and N at once,
 //! unique slot numbers, agreement on N, `-n`, kill -9, a crowd of 200,
-//! no CPU while waiting, and what holder/check say.
+//! no CPU while waiting, first come first served, the live status line,
+//! slot files and LOCKFILE replaced while waiting, and what holder/check
+//! say.
 
 mod common;
 
