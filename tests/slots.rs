@@ -1,6 +1,8 @@
 //! `--slots N` across real processes: at most N at once and N at once,
 //! unique slot numbers, agreement on N, `-n`, kill -9, a crowd of 200,
-//! no CPU while waiting, and what holder/check say.
+//! no CPU while waiting, first come first served, the live status line,
+//! slot files and LOCKFILE replaced while waiting, and what holder/check
+//! say.
 
 mod common;
 
@@ -460,5 +462,318 @@ fn a_release_wakes_one_waiter_not_the_crowd() {
     assert_eq!(
         woke_behind, 0,
         "waiters behind the new head woke on a release (a stampede)"
+    );
+}
+
+/// lockrun with `args`, its stderr merged into the stdout that
+/// [`Background`] reads line by line (through a shell that execs it, so
+/// the pid is lockrun's).
+fn merged(args: &[&str]) -> Background {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", r#"exec "$0" "$@" 2>&1"#, bin()]).args(args);
+    Background::spawn(cmd)
+}
+
+/// How many pairs of jobs ran in the opposite order to the one they came
+/// in: 0 for first come, first served.
+fn inversions(served: &[usize]) -> usize {
+    (0..served.len())
+        .flat_map(|a| (a + 1..served.len()).map(move |b| (a, b)))
+        .filter(|&(a, b)| served[a] > served[b])
+        .count()
+}
+
+/// Waiters are served in about the order they came: they queue on
+/// LOCKFILE, a kernel wait, and only the head contends for the slots.
+/// Each waiter is started once the one before it visibly waits (its `-v`
+/// line, then asleep); one slot is let go, the other stays held, so the
+/// jobs go through one at a time and append their number to a file in the
+/// order they got the slot. The kernel wakes a released lock's waiters in
+/// the order they blocked and the first of them to run takes it, so on a
+/// loaded machine a neighbour may overtake: at most 2 of the 66 pairs of 12
+/// may be inverted. Measured: 0 in 10 runs; with the queue's kernel wait
+/// replaced by a try-and-sleep poll, 5 to 25 in 10 runs out of 10.
+#[test]
+fn waiters_are_served_in_about_the_order_they_came() {
+    const WAITERS: usize = 12;
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let order = dir.path().join("order");
+    let mut holders = fill(&lock, 2);
+    let lock_arg = lock.to_string_lossy().into_owned();
+    let order_arg = order.to_string_lossy().into_owned();
+    let waiters: Vec<Background> = (0..WAITERS)
+        .map(|i| {
+            let job = i.to_string();
+            let waiter = merged(&[
+                "-v",
+                "--slots",
+                "2",
+                &lock_arg,
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$0" >> "$1""#,
+                &job,
+                &order_arg,
+            ]);
+            let line = waiter.line(BOUND).unwrap_or_default();
+            assert!(line.contains("waiting for"), "waiter {i}: {line:?}");
+            wait_asleep("the waiter to sleep in its wait", waiter.pid());
+            waiter
+        })
+        .collect();
+    let (mut freed, ..) = holders.remove(0);
+    freed.release();
+    freed.wait_exit(BOUND);
+    for mut waiter in waiters {
+        assert!(waiter.wait_exit(BOUND).success());
+    }
+    let served: Vec<usize> = std::fs::read_to_string(&order)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let mut sorted = served.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..WAITERS).collect::<Vec<_>>(), "{served:?}");
+    let inverted = inversions(&served);
+    assert!(
+        inverted <= 2,
+        "served in the order {served:?}: {inverted} inversions"
+    );
+}
+
+/// A slot file replaced while the head of the queue waits on it: the old
+/// inode's lock, got when its holder lets go, excludes nobody who opens
+/// the slot file now, so the head must let go of it and contend for the
+/// file now at that path, and say so under -v (issue 12 item 7, for
+/// slots), or two commands run in slot 1.
+#[test]
+fn a_slot_file_replaced_while_waiting_is_locked_again() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut holders = fill(&lock, 2);
+    let lock_arg = lock.to_string_lossy().into_owned();
+    let job = ["--slots", "2", &lock_arg, "--", "sh", "-c"];
+    let script = "echo got $LOCKRUN_SLOT; read x";
+    let head = merged(&[&["-v"][..], &job, &[script]].concat());
+    assert!(head.line(BOUND).unwrap_or_default().contains("waiting for"));
+    wait_for("the head to wait on both slots", || {
+        kernel_waiters(&slot_file(&lock, 1)) == 1 && kernel_waiters(&slot_file(&lock, 2)) == 1
+    });
+    let replacement = dir.path().join("new");
+    std::fs::write(&replacement, "").unwrap();
+    std::fs::rename(&replacement, slot_file(&lock, 1)).unwrap();
+    let next = merged(&[&job[..], &[script]].concat());
+    wait_for("the next to queue behind the head", || {
+        kernel_waiters(&lock) == 1
+    });
+
+    let first = holders.iter().position(|h| h.1 == "1").unwrap();
+    let (mut old_holder, ..) = holders.remove(first);
+    old_holder.release();
+    old_holder.wait_exit(BOUND);
+    let mut waiters = [(head, Vec::new()), (next, Vec::new())];
+    let got = |waiters: &mut [(Background, Vec<String>)]| {
+        for (waiter, lines) in waiters.iter_mut() {
+            while let Some(line) = waiter.line(Duration::ZERO) {
+                lines.push(line);
+            }
+        }
+        waiters
+            .iter()
+            .filter(|(_, lines)| lines.iter().any(|l| l.starts_with("got")))
+            .count()
+    };
+    wait_for("one of them to run", || got(&mut waiters) >= 1);
+    // The other runs too (two in slot 1), or waits at the head on both
+    // slot files, the new slot 1 among them.
+    wait_for("the other to run or to wait on both slots", || {
+        got(&mut waiters) == 2
+            || (kernel_waiters(&slot_file(&lock, 1)) == 1
+                && kernel_waiters(&slot_file(&lock, 2)) == 1)
+    });
+    let running: Vec<&String> = waiters
+        .iter()
+        .flat_map(|(_, lines)| lines.iter().filter(|l| l.starts_with("got")))
+        .collect();
+    assert_eq!(running, ["got 1"], "ran beside the new slot 1's holder");
+    // The one running lets go: the other gets slot 1 in its turn.
+    let runs = waiters
+        .iter()
+        .position(|(_, lines)| lines.iter().any(|l| l.starts_with("got")))
+        .unwrap();
+    waiters[runs].0.release();
+    assert!(waiters[runs].0.wait_exit(BOUND).success());
+    let (other, lines) = &mut waiters[1 - runs];
+    let mut line = None;
+    while line.is_none() {
+        line = other.line(BOUND);
+        assert!(line.is_some(), "the other never ran: {lines:?}");
+        if line.as_deref().is_some_and(|l| !l.starts_with("got")) {
+            lines.extend(line.take());
+        }
+    }
+    assert_eq!(line.as_deref(), Some("got 1"));
+    other.release();
+    assert!(other.wait_exit(BOUND).success());
+    let said: Vec<&String> = waiters[0].1.iter().collect();
+    assert!(
+        said.iter().any(|l| l.contains("replaced or deleted")),
+        "the head did not say the slot file changed: {said:?}"
+    );
+}
+
+/// LOCKFILE deleted, then replaced, while a waiter is at the head of the
+/// queue: the waiter must take its slot through the LOCKFILE now at that
+/// path. Deleted: it makes it again, with N in it, so that `holder` sees
+/// the slots it holds (else `holder` finds no lock file while a slot is
+/// held). Replaced by one keeping another N: it is refused (64) as any
+/// newcomer would be, rather than running on the old file's N.
+#[test]
+fn lockfile_deleted_or_replaced_while_waiting_is_opened_again() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut holders = fill(&lock, 2);
+    let lock_arg = lock.to_string_lossy().into_owned();
+    let job = [
+        "-v",
+        "--slots",
+        "2",
+        &lock_arg,
+        "--",
+        "sh",
+        "-c",
+        "echo got $LOCKRUN_SLOT; read x",
+    ];
+    let at_the_head = |what: &str| {
+        wait_for(what, || {
+            kernel_waiters(&slot_file(&lock, 1)) == 1 && kernel_waiters(&slot_file(&lock, 2)) == 1
+        })
+    };
+    // The next line from `waiter` that is not one of -v's, and all of them.
+    let next_line = |waiter: &Background, said: &mut Vec<String>| loop {
+        let line = waiter
+            .line(BOUND)
+            .unwrap_or_else(|| panic!("no line: {said:?}"));
+        if !line.starts_with("lockrun: ") {
+            return line;
+        }
+        said.push(line);
+    };
+
+    let mut first = merged(&job);
+    at_the_head("the first waiter to wait at the head");
+    std::fs::remove_file(&lock).unwrap();
+    let one = holders.iter().position(|h| h.1 == "1").unwrap();
+    let (mut freed, ..) = holders.remove(one);
+    freed.release();
+    freed.wait_exit(BOUND);
+    let mut said = Vec::new();
+    assert_eq!(next_line(&first, &mut said), "got 1", "{said:?}");
+    assert!(
+        said.iter().any(|l| l.contains("replaced or deleted")),
+        "{said:?}"
+    );
+    let json = holder_json(&lock);
+    assert_eq!(json["exists"], true, "{json}");
+    assert_eq!(json["slots"], 2, "{json}");
+    assert_eq!(json["slot_reports"][0]["state"], "held", "{json}");
+
+    let mut second = merged(&job);
+    at_the_head("the second waiter to wait at the head");
+    let replacement = dir.path().join("new");
+    std::fs::write(&replacement, "{\"lockrun_slots\":1,\"slots\":3}\n").unwrap();
+    std::fs::rename(&replacement, &lock).unwrap();
+    first.release();
+    assert!(first.wait_exit(BOUND).success());
+    let status = second.wait_exit(BOUND);
+    // Every line up to the end of its output (the reader thread may not
+    // have passed them all on yet when the process is reaped).
+    let mut said = Vec::new();
+    while let Some(line) = second.line(BOUND) {
+        said.push(line);
+    }
+    assert_eq!(status.code(), Some(64), "{said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("used with --slots 3") && l.contains("not --slots 2")),
+        "{said:?}"
+    );
+    assert!(!said.iter().any(|l| l.starts_with("got")), "{said:?}");
+}
+
+/// The live status line with `--slots` on a terminal: it names each
+/// slot's holder and the time limit, and is wiped when a slot is taken.
+#[test]
+fn the_live_status_line_names_every_slot_holder_and_goes_when_a_slot_is_taken() {
+    if !needs("script", "a pseudo-terminal to test with") || !needs("stty", "to set its width") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let mut holders = fill(&lock, 2);
+    // Wide enough for both holders (the line is cut to the terminal).
+    let inner = format!(
+        "stty cols 400; exec {} --slots 2 -w 1.6 {} true",
+        bin(),
+        lock.display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(75), "{shown:?}");
+    let start = format!(
+        "\r\x1b[Klockrun: waiting for {} (held by 2 commands, one per slot (",
+        lock.display()
+    );
+    assert!(shown.contains(&start), "no live line: {shown:?}");
+    for (_, slot, pid) in &holders {
+        assert!(
+            shown.contains(&format!("slot {slot}: pid {pid} ")),
+            "slot {slot}'s holder {pid} not named: {shown:?}"
+        );
+    }
+    assert!(shown.contains(" / 1.6s"), "no timeout shown: {shown:?}");
+
+    // Waiting for ever: the line shows, then a slot frees, the line is
+    // wiped and the command's output starts on a clean line.
+    let inner = format!(
+        "stty cols 400; exec {} --slots 2 {} sh -c 'echo got slot $LOCKRUN_SLOT'",
+        bin(),
+        lock.display()
+    );
+    let mut script = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let (shown, mut out) = (shown.clone(), script.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut chunk) {
+                shown.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
+    wait_for("the live line", || text().contains(&start));
+    let (mut freed, slot, _) = holders.remove(0);
+    freed.release();
+    assert_eq!(wait_child(&mut script, BOUND).code(), Some(0));
+    reader.join().unwrap();
+    let shown = text();
+    let last_line = shown.rfind(&start).unwrap();
+    let after = &shown[last_line + start.len()..];
+    let wiped = after.find("\r\x1b[K").map(|at| &after[at + 4..]);
+    assert!(
+        wiped.is_some_and(|rest| rest.starts_with(&format!("got slot {slot}"))),
+        "the line was not wiped before the command's output: {shown:?}"
     );
 }

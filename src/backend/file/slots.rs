@@ -59,6 +59,11 @@ pub const MAX_SLOTS: u16 = 1024;
 
 pub struct SlotsBackend {
     inner: Arc<Inner>,
+    /// LOCKFILE, and the command (for the record of whoever sets N): to
+    /// open every file again when one is replaced while we wait.
+    path: std::path::PathBuf,
+    command: Vec<OsString>,
+    verbose: bool,
     /// `-o`: whether the command inherits its slot's descriptor.
     inherit: bool,
     /// A contender that will not wait answers from the slots themselves.
@@ -93,8 +98,25 @@ struct Inner {
 
 impl SlotsBackend {
     pub fn open(opts: &Opening, n: u16) -> Result<SlotsBackend, Failure> {
-        let label = display::escape(&opts.path.to_string_lossy());
-        let queue = LockFile::open(opts.path, false)?;
+        let saved_nofile = room_for(n);
+        Ok(SlotsBackend {
+            inner: Arc::new(Inner::open(opts.path, n, opts.command)?),
+            path: opts.path.to_owned(),
+            command: opts.command.to_vec(),
+            verbose: opts.verbose,
+            inherit: opts.inherit,
+            jump_queue: !opts.waits,
+            saved_nofile,
+        })
+    }
+}
+
+impl Inner {
+    /// Opens LOCKFILE (the queue) and every slot file, refusing a
+    /// disagreeing N before any wait.
+    fn open(path: &std::path::Path, n: u16, command: &[OsString]) -> Result<Inner, Failure> {
+        let label = display::escape(&path.to_string_lossy());
+        let queue = LockFile::open(path, false)?;
         if queue.is_dir {
             return Err(Failure::new(
                 exit_codes::USAGE,
@@ -108,17 +130,12 @@ impl SlotsBackend {
         {
             same_n(&header, n, &label)?;
         }
-        let saved_nofile = room_for(n);
         let slots = (1..=n)
-            .map(|k| LockFile::open(&record::slot_path(opts.path, k), false))
+            .map(|k| LockFile::open(&record::slot_path(path, k), false))
             .collect::<Result<Vec<_>, _>>()?;
         let cwd = std::env::current_dir().ok();
-        let mut set_by = Record::starting(
-            Me::gather(),
-            opts.command,
-            cwd.as_deref(),
-            LockMode::Exclusive,
-        );
+        let mut set_by =
+            Record::starting(Me::gather(), command, cwd.as_deref(), LockMode::Exclusive);
         set_by.acquired_at = Some(display::now_rfc3339());
         let header = SlotsHeader {
             lockrun_slots: 1,
@@ -126,20 +143,14 @@ impl SlotsBackend {
             set_by: Some(set_by),
         }
         .to_line();
-        let waits = opts.waits;
-        Ok(SlotsBackend {
-            inner: Arc::new(Inner {
-                queue,
-                slots,
-                n,
-                label,
-                header,
-                chosen: Mutex::new(None),
-                status: AtomicU8::new(exit_codes::OS_ERROR),
-            }),
-            inherit: opts.inherit,
-            jump_queue: !waits,
-            saved_nofile,
+        Ok(Inner {
+            queue,
+            slots,
+            n,
+            label,
+            header,
+            chosen: Mutex::new(None),
+            status: AtomicU8::new(exit_codes::OS_ERROR),
         })
     }
 }
@@ -448,6 +459,43 @@ impl Contender for SlotsBackend {
         if let Some(slot) = self.inner.chosen() {
             let _ = self.inner.slots[slot].unlock();
         }
+    }
+
+    /// The classic lock-file loop, for the slot taken and the queue it was
+    /// taken through: a slot file replaced or deleted while we waited
+    /// leaves us holding an inode that excludes nobody who opens the path
+    /// now (two commands in one slot), and a replaced LOCKFILE is a queue,
+    /// and a number of slots, that newcomers no longer see. Either way, let
+    /// go and contend again through the files now at those paths.
+    fn confirm(&mut self) -> Result<bool, Failure> {
+        let inner = &self.inner;
+        let Some(index) = inner.chosen() else {
+            return Ok(true);
+        };
+        let slot = &inner.slots[index];
+        let moved = [slot, &inner.queue]
+            .into_iter()
+            .find(|lock| !lock.is_at(lock.path()));
+        let Some(moved) = moved else {
+            inner.choose(index);
+            return Ok(true);
+        };
+        if self.verbose {
+            eprintln!(
+                "lockrun: {} was replaced or deleted while lockrun waited; opening {} and its slot files again",
+                display::escape(&moved.path().to_string_lossy()),
+                inner.label
+            );
+        }
+        let _ = slot.unlock();
+        // The descriptor limit raised for N slots stays raised, and is
+        // restored from what was saved at the first open.
+        // A failure's status is what the run exits with (64 for a LOCKFILE
+        // that now keeps another N), read back through `failure_status`.
+        let reopened =
+            Inner::open(&self.path, inner.n, &self.command).map_err(|f| inner.refused(f))?;
+        self.inner = Arc::new(reopened);
+        Ok(false)
     }
 
     fn holder(&mut self) -> Option<String> {
