@@ -174,14 +174,12 @@ fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
         } else {
             wait_for("the waiter to block", || kernel_waiters(&lock) == 1);
         }
-        let sent = Instant::now();
         kill(waiter.pid(), sig);
+        // Within BOUND, shorter than every deadline here, with the holder
+        // still holding: only the signal can have ended the wait. (No
+        // timing: a loaded machine may take its time to run the handler.)
         let status = waiter.wait_exit(BOUND);
-        assert!(
-            sent.elapsed() < Duration::from_secs(1),
-            "took {:?}",
-            sent.elapsed()
-        );
+        assert_eq!(kernel_holders(&lock), 1, "the holder let go meanwhile");
         assert_eq!(
             status.code(),
             Some(code),
