@@ -1,0 +1,19 @@
+//! A plain `cargo test` builds without the lock-URL features, which leaves
+//! out tests/etcd.rs and tests/postgres.rs whole, silently: say so where a
+//! person sees it (CI runs `--all-features`, where these do not exist).
+
+mod common;
+
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn the_etcd_tests_need_the_etcd_feature() {
+    common::skip("tests/etcd.rs did not run: built without --features etcd (use --all-features)");
+}
+
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn the_postgres_tests_need_the_postgres_feature() {
+    common::skip(
+        "tests/postgres.rs did not run: built without --features postgres (use --all-features)",
+    );
+}
