@@ -241,25 +241,6 @@ fn posix_and_ofd_locks_are_seen_with_their_kind_and_range() {
     assert!(holder["end"].is_null(), "{json}");
 }
 
-fn in_child_pid_namespace(args: &[&str]) -> std::process::Output {
-    Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", bin()])
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn pid_namespaces_work() -> bool {
-    let works = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !works {
-        skip("unshare --pid --fork --mount-proc does not work here (needs root)");
-    }
-    works
-}
-
 #[test]
 fn a_holder_without_a_record_outside_our_pid_namespace_is_unknown() {
     if !pid_namespaces_work() || !needs("flock", "a holder without a record") {
@@ -336,6 +317,16 @@ while churn:
 sys.stdin.read()
 "#;
 
+/// A python3 process holding COUNT locks in DIR, or with "churn" taking and
+/// dropping them for ever; ready once it has taken them.
+fn churner(dir: &std::path::Path, count: &str, churn: &str) -> Background {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", CHURN]).arg(dir).args([count, churn]);
+    let bg = Background::spawn(cmd);
+    bg.expect_ready();
+    bg
+}
+
 #[test]
 fn churn_in_the_lock_table_never_makes_a_held_lock_free() {
     if !needs("python3", "processes that churn the lock table") {
@@ -343,13 +334,7 @@ fn churn_in_the_lock_table_never_makes_a_held_lock_free() {
     }
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    let spawn = |count: &str, churn: &str| {
-        let mut cmd = Command::new("python3");
-        cmd.args(["-c", CHURN]).arg(dir.path()).args([count, churn]);
-        let bg = Background::spawn(cmd);
-        bg.expect_ready();
-        bg
-    };
+    let spawn = |count: &str, churn: &str| churner(dir.path(), count, churn);
     // Long-lived locks before ours and after it, churn around them.
     let _before = spawn("600", "still");
     let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 600");
@@ -400,13 +385,7 @@ fn churn_never_makes_a_held_lock_free_for_another_user() {
     )
     .unwrap();
     let lock = lock_in(&dir);
-    let spawn = |count: &str, churn: &str| {
-        let mut cmd = Command::new("python3");
-        cmd.args(["-c", CHURN]).arg(dir.path()).args([count, churn]);
-        let bg = Background::spawn(cmd);
-        bg.expect_ready();
-        bg
-    };
+    let spawn = |count: &str, churn: &str| churner(dir.path(), count, churn);
     let _before = spawn("600", "still");
     let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; exec sleep 600");
     let _after = spawn("600", "still");

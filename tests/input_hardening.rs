@@ -134,15 +134,7 @@ fn fd_mode_never_closes_a_lent_descriptor() {
 fn a_fifo_is_refused_without_waking_its_writer() {
     let dir = temp_dir();
     let fifo = dir.path().join("fifo");
-    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
-    assert!(made.success());
-    // A writer blocked in open(2) until a reader comes.
-    let mut writer = Command::new("sh")
-        .args(["-c", r#"echo payload > "$P""#])
-        .env("P", &fifo)
-        .spawn()
-        .unwrap();
-    wait_asleep("the writer to block in open", writer.id() as i32);
+    let mut writer = fifo_with_blocked_writer(&fifo);
     for args in [&[][..], &["-n"], &["--fcntl"], &["-s"]] {
         lockrun()
             .args(args)
@@ -158,14 +150,7 @@ fn a_fifo_is_refused_without_waking_its_writer() {
             "lockrun {args:?}: the writer was woken (and killed by SIGPIPE)"
         );
     }
-    // The writer is still there for a real reader.
-    let out = Command::new("timeout")
-        .args(["10", "cat"])
-        .arg(&fifo)
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "payload\n");
-    assert!(writer.wait().unwrap().success());
+    fifo_writer_still_blocked(&fifo, writer);
 }
 
 /// Character devices are refused before being opened (opening
@@ -203,48 +188,17 @@ fn a_device_is_refused_without_being_opened() {
 /// FIFO reported free. It now opens only a regular file or a directory.
 #[test]
 fn check_probe_never_opens_a_fifo() {
-    let works = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !works {
-        skip("unshare --pid --fork --mount-proc does not work here (needs root)");
+    if !pid_namespaces_work() {
         return;
     }
     let dir = temp_dir();
     let fifo = dir.path().join("fifo.lock");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let mut writer = Command::new("sh")
-        .args(["-c", r#"echo payload > "$P""#])
-        .env("P", &fifo)
-        .spawn()
-        .unwrap();
-    wait_asleep("the writer to block in open", writer.id() as i32);
-    let out = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", bin(), "check", "--probe"])
-        .arg(&fifo)
-        .output()
-        .unwrap();
+    let writer = fifo_with_blocked_writer(&fifo);
+    let out = in_child_pid_namespace(&["check", "--probe", fifo.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(69), "{text}{out:?}");
     assert!(text.contains("not probed"), "{text}");
-    assert!(
-        writer.try_wait().unwrap().is_none(),
-        "check --probe opened the FIFO and woke its writer"
-    );
-    let out = Command::new("timeout")
-        .args(["10", "cat"])
-        .arg(&fifo)
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "payload\n");
-    assert!(writer.wait().unwrap().success());
+    fifo_writer_still_blocked(&fifo, writer);
 }
 
 /// A size whose suffix starts with a multi-byte character used to split a

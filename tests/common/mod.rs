@@ -543,3 +543,53 @@ impl Drop for Mount {
         }
     }
 }
+
+/// lockrun with ARGS as pid 1 of a new PID namespace (a container's view).
+pub fn in_child_pid_namespace(args: &[&str]) -> std::process::Output {
+    Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", bin()])
+        .args(args)
+        .output()
+        .expect("run unshare")
+}
+
+/// Whether a new PID namespace can be made here (root); says SKIPPED if not.
+pub fn pid_namespaces_work() -> bool {
+    let works = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        skip("unshare --pid --fork --mount-proc does not work here (needs root)");
+    }
+    works
+}
+
+/// A FIFO at PATH with a writer blocked in open(2) until a reader comes:
+/// whatever opens the FIFO wakes it.
+pub fn fifo_with_blocked_writer(path: &Path) -> Child {
+    let made = Command::new("mkfifo").arg(path).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {path:?}");
+    let writer = Command::new("sh")
+        .args(["-c", r#"echo payload > "$P""#])
+        .env("P", path)
+        .spawn()
+        .expect("spawn the FIFO's writer");
+    wait_asleep("the writer to block in open", writer.id() as i32);
+    writer
+}
+
+/// The FIFO's writer was never woken: a reader now gets its payload.
+pub fn fifo_writer_still_blocked(path: &Path, mut writer: Child) {
+    assert!(
+        writer.try_wait().expect("try_wait").is_none(),
+        "the FIFO was opened and its writer woken"
+    );
+    let out = Command::new("timeout")
+        .args(["10", "cat"])
+        .arg(path)
+        .output()
+        .expect("run cat");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "payload\n");
+    assert!(writer.wait().expect("wait").success());
+}
