@@ -26,6 +26,9 @@ struct Server {
     port: u16,
     guard: Mutex<Option<(Child, ChildStdin)>>,
     dir: PathBuf,
+    /// Where the log of this server's start begins (earlier attempts may
+    /// have lost their port).
+    log_from: u64,
 }
 
 fn bin_dir() -> Option<PathBuf> {
@@ -81,9 +84,21 @@ fn psql(port: u16, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// How one attempt to start the server ended.
+enum Started {
+    Ready,
+    /// The log says the port was taken.
+    LostPort,
+}
+
 impl Server {
     /// `None` (after a loud skip) when PostgreSQL cannot be run here.
     fn start(ssl: Option<&Path>) -> Option<Server> {
+        Server::start_on(ssl, free_port)
+    }
+
+    /// As `start`, each attempt on the port `ports` gives.
+    fn start_on(ssl: Option<&Path>, mut ports: impl FnMut() -> u16) -> Option<Server> {
         let Some(bin) = bin_dir() else {
             skip("PostgreSQL is not installed (Debian: apt-get install postgresql)");
             return None;
@@ -137,9 +152,16 @@ impl Server {
             settings.push("-c ssl=on".to_owned());
         }
         for _attempt in 0..5 {
-            let port = free_port();
+            let port = ports();
+            // Where this attempt's lines start in the log, which every
+            // start appends to.
+            let log = dir.join("log");
+            let from = std::fs::metadata(&log).map_or(0, |m| m.len());
+            // The shell stops postgres when its stdin says so or closes,
+            // and removes the directory only then: told `abandon` (this
+            // attempt lost its port) it keeps the data for the next one.
             let script = format!(
-                "while :; do \"$0\" -D \"$1\" -p {port} -k \"$2\" {} 2>>\"$1/../log\" & p=$!; read x; r=$?; kill -INT $p; wait $p; [ $r = 0 ] && [ \"$x\" = restart ] || break; done; rm -rf \"$3\"",
+                "while :; do \"$0\" -D \"$1\" -p {port} -k \"$2\" {} 2>>\"$1/../log\" & p=$!; read x; r=$?; kill -INT $p 2>/dev/null; wait $p; [ $r = 0 ] && [ \"$x\" = restart ] || break; done; [ \"$x\" = abandon ] || rm -rf \"$3\"",
                 settings.join(" ")
             );
             let mut cmd = Command::new("sh");
@@ -156,43 +178,82 @@ impl Server {
                 port,
                 guard: Mutex::new(Some((child, stdin))),
                 dir: dir.clone(),
+                log_from: from,
             };
-            if server.wait_ready() {
-                psql(port, "CREATE ROLE app LOGIN PASSWORD 'secret'");
-                return Some(server);
+            match server.wait_started() {
+                Started::Ready => {
+                    psql(port, "CREATE ROLE app LOGIN PASSWORD 'secret'");
+                    return Some(server);
+                }
+                Started::LostPort => {
+                    // Someone took the port between free_port() and the
+                    // bind: stop this attempt's shell, keep the data, and
+                    // let the Server go without its Drop (which would
+                    // remove the directory).
+                    server.abandon();
+                    std::mem::forget(server);
+                }
             }
-            // Lost the port to someone else: try another.
-            server.stop();
         }
         panic!(
-            "PostgreSQL did not start; see {}",
+            "PostgreSQL did not start: every port tried was taken; see {}",
             dir.join("log").display()
         );
     }
 
     /// Ready when psql answers; false when the server exited first.
     fn wait_ready(&self) -> bool {
+        matches!(self.wait_started(), Started::Ready)
+    }
+
+    /// Waits, within BOUND, until the server answers, or its log (this
+    /// start's part) says it could not bind its port. Any other end is a
+    /// failure of the test run, with the log.
+    fn wait_started(&self) -> Started {
         let deadline = std::time::Instant::now() + BOUND;
+        let log = self.dir.join("log");
         loop {
+            // Through the private socket: an answer is from our server,
+            // never from another that owns the TCP port (postgres makes
+            // its Unix socket only once its TCP port is bound).
             let ok = Command::new(bin_dir().expect("bin").join("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-q", "-p", &self.port.to_string(), "-h"])
+                .arg(self.dir.join("sock"))
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
-                return true;
+                return Started::Ready;
+            }
+            let text = std::fs::read(&log).unwrap_or_default();
+            let from = usize::try_from(self.log_from).unwrap_or(0);
+            let text = String::from_utf8_lossy(text.get(from..).unwrap_or_default());
+            if text.contains("could not bind") || text.contains("Address already in use") {
+                return Started::LostPort;
             }
             let mut guard = self.guard.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((child, _)) = guard.as_mut()
-                && child.try_wait().ok().flatten().is_some()
+                && let Ok(Some(status)) = child.try_wait()
             {
-                return false;
+                panic!("PostgreSQL's shell exited ({status}) before the server was ready: {text}");
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "PostgreSQL never became ready"
+                "PostgreSQL never became ready on port {}: {text}",
+                self.port
             );
             drop(guard);
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Ends a start that lost its port, keeping the data directory.
+    fn abandon(&self) {
+        if let Some((mut child, mut stdin)) =
+            self.guard.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            let _ = std::io::Write::write_all(&mut stdin, b"abandon\n");
+            drop(stdin);
+            let _ = wait_child(&mut child, BOUND);
         }
     }
 
@@ -289,6 +350,33 @@ fn holding(args: &[&str], url: &str, script: &str) -> (Background, Vec<String>) 
     let bg = Background::spawn(cmd);
     let words = bg.expect_ready();
     (bg, words)
+}
+
+/// The harness itself: a port lost between choosing it and postgres
+/// binding it (another test run took it) is retried on another port, with
+/// the data directory kept.
+#[test]
+fn a_server_that_loses_its_port_starts_on_another() {
+    let taken = TcpListener::bind("127.0.0.1:0").expect("a port to occupy");
+    let port = taken.local_addr().expect("its address").port();
+    let mut first = true;
+    let Some(pg) = Server::start_on(None, || {
+        if std::mem::take(&mut first) {
+            port
+        } else {
+            free_port()
+        }
+    }) else {
+        return;
+    };
+    assert_ne!(pg.port, port);
+    let log = std::fs::read_to_string(pg.dir.join("log")).expect("server log");
+    assert!(log.contains("could not bind"), "{log}");
+    lockrun()
+        .args(["-n", &pg.url("retried"), "true"])
+        .assert()
+        .success();
+    drop(taken);
 }
 
 #[test]
