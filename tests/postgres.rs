@@ -379,27 +379,44 @@ fn a_server_that_loses_its_port_starts_on_another() {
     drop(taken);
 }
 
-#[test]
-fn processes_exclude_each_other_and_get_increasing_fencing_tokens() {
-    let Some(pg) = shared() else { return };
+/// What a run of the counter saw.
+struct Counted {
+    total: usize,
+    /// Bodies that found another inside.
+    overlaps: usize,
+    /// `LOCKRUN_FENCING_TOKEN` of each body, in the order they ran.
+    tokens: Vec<String>,
+}
+
+/// `workers` shells, each running `PREFIX sh -c BODY` `rounds` times one
+/// after the other, where BODY reads the counter, widens the race window
+/// and writes it back plus one, and notes when it finds another body
+/// inside (a directory only one can make). PREFIX is lockrun on a lock
+/// URL, or nothing for the control.
+fn count(prefix: &[&str], workers: usize, rounds: usize) -> Counted {
     let dir = temp_dir();
     let counter = dir.path().join("counter");
     let tokens = dir.path().join("tokens");
+    let inside = dir.path().join("inside");
+    let overlaps = dir.path().join("overlaps");
     std::fs::write(&counter, "0\n").expect("write counter");
-    // Read, widen the race window, write: any overlap loses an update.
     let body = format!(
-        "n=$(cat {c}); echo \"$LOCKRUN_FENCING_TOKEN\" >> {t}; sleep 0.01; echo $((n+1)) > {c}",
+        "mkdir {i} 2>/dev/null || echo overlap >> {o}; n=$(cat {c}); \
+         echo \"${{LOCKRUN_FENCING_TOKEN:-none}}\" >> {t}; sleep 0.01; echo $((n+1)) > {c}; \
+         rmdir {i} 2>/dev/null; true",
+        i = inside.display(),
+        o = overlaps.display(),
         c = counter.display(),
         t = tokens.display()
     );
-    let (workers, rounds) = (4, 6);
+    let script = format!(
+        "b=$1; shift; i=0; while [ $i -lt {rounds} ]; do \"$@\" sh -c \"$b\" || exit 9; i=$((i+1)); done"
+    );
     let mut running: Vec<Child> = (0..workers)
         .map(|_| {
-            let script = format!(
-                "i=0; while [ $i -lt {rounds} ]; do \"$0\" \"$1\" sh -c \"$2\" || exit 9; i=$((i+1)); done"
-            );
             Command::new("sh")
-                .args(["-c", &script, bin(), &pg.url("counter"), &body])
+                .args(["-c", &script, "worker", &body])
+                .args(prefix)
                 .spawn()
                 .expect("spawn worker")
         })
@@ -408,26 +425,77 @@ fn processes_exclude_each_other_and_get_increasing_fencing_tokens() {
         let status = wait_child(worker, BOUND * 3);
         assert!(status.success(), "a worker failed: {status:?}");
     }
-    let total: usize = std::fs::read_to_string(&counter)
-        .expect("read counter")
-        .trim()
-        .parse()
-        .expect("counter is a number");
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    Counted {
+        total: read(&counter).trim().parse().expect("counter is a number"),
+        overlaps: read(&overlaps).lines().count(),
+        tokens: read(&tokens).lines().map(str::to_owned).collect(),
+    }
+}
+
+#[test]
+fn processes_exclude_each_other_and_get_increasing_fencing_tokens() {
+    let Some(pg) = shared() else { return };
+    let (workers, rounds) = (4, 6);
+    let url = pg.url("counter");
+    let seen = count(&[bin(), &url], workers, rounds);
+    assert_eq!(seen.overlaps, 0, "two commands ran at once");
     assert_eq!(
-        total,
+        seen.total,
         workers * rounds,
         "lost updates: the lock did not exclude"
     );
-    let seen: Vec<i64> = std::fs::read_to_string(&tokens)
-        .expect("read tokens")
-        .lines()
+    let tokens: Vec<i64> = seen
+        .tokens
+        .iter()
         .map(|l| l.parse().expect("a fencing token is a number"))
         .collect();
-    assert_eq!(seen.len(), workers * rounds);
+    assert_eq!(tokens.len(), workers * rounds);
     assert!(
-        seen.windows(2).all(|w| w[0] < w[1]),
-        "fencing tokens must strictly increase in lock order: {seen:?}"
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase in lock order: {tokens:?}"
     );
+}
+
+/// The control: the same counter run without the lock overlaps and loses
+/// updates, so the test above can fail.
+#[test]
+fn the_counter_catches_commands_run_without_the_lock() {
+    let (workers, rounds) = (4, 6);
+    let seen = count(&[], workers, rounds);
+    assert!(
+        seen.overlaps > 0 || seen.total < workers * rounds,
+        "without the lock the counter saw no overlap and reached {}",
+        seen.total
+    );
+}
+
+/// `sh` that skips lockrun's arguments up to `--` and runs the command
+/// without any lock: the meter's control.
+fn no_lock() -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        "while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"",
+        "no-lock",
+    ]);
+    cmd
+}
+
+#[test]
+fn seven_jobs_through_one_lock_run_one_at_a_time() {
+    let Some(pg) = shared() else { return };
+    meter_run(std_lockrun, &[], pg.url("meter-one"), 7, 1).unwrap();
+}
+
+/// The control, without a timing race: the meter waits until all seven
+/// jobs run at once (as if the lock admitted seven), which only a run
+/// without the lock can do, and reports the overlap.
+#[test]
+fn the_meter_catches_jobs_run_without_the_lock() {
+    let Some(pg) = shared() else { return };
+    let overlap = meter_run(no_lock, &["--slots", "7"], pg.url("meter-none"), 7, 1).unwrap_err();
+    assert!(overlap.contains("more than 1"), "{overlap}");
 }
 
 #[test]
