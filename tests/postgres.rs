@@ -733,6 +733,169 @@ fn holder_and_check_name_the_holding_session() {
     );
 }
 
+/// A psql session that has run `statement` (which takes a lock and
+/// yields a row ending in `ready`) and stays connected until its stdin
+/// is dropped: the statement stays its `pg_stat_activity.query`.
+fn psql_holding(pg: &Server, statement: &str) -> (Child, ChildStdin) {
+    let mut psql = Command::new(bin_dir().expect("bin").join("psql"))
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-p", &pg.port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut input = psql.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut input, format!("{statement}\n").as_bytes())
+        .expect("write to psql");
+    let lines = BufReader::new(psql.stdout.take().expect("stdout")).lines();
+    let ready = lines
+        .map_while(Result::ok)
+        .any(|line| line.ends_with("ready"));
+    assert!(ready, "psql never said ready");
+    (psql, input)
+}
+
+#[test]
+fn a_command_line_longer_than_track_activity_query_size_keeps_its_record() {
+    let Some(pg) = shared() else { return };
+    assert_eq!(pg.psql("SHOW track_activity_query_size"), "1kB");
+    let url = pg.url("long-record");
+    // Over 2 KB of command line, run from a directory of 800 bytes.
+    let dir = temp_dir();
+    let mut cwd = dir.path().to_path_buf();
+    for c in ["a", "b", "c", "d"] {
+        cwd.push(c.repeat(200));
+    }
+    std::fs::create_dir_all(&cwd).expect("deep directory");
+    let words: Vec<String> = (0..20)
+        .map(|i| format!("{i}:{}", "x".repeat(100)))
+        .collect();
+    let mut cmd = std_lockrun();
+    cmd.current_dir(&cwd)
+        .arg(&url)
+        .args(["--", "sh", "-c", "echo ready $$; read x", "sh"])
+        .args(&words)
+        .stderr(Stdio::piped());
+    let mut holder = Background::spawn(cmd);
+    let pid: i64 = holder.expect_ready()[0].parse().expect("pid");
+    wait_for("the record to name the command", || {
+        holder_json(&url)["record"]["pid"] == pid
+    });
+    let json = holder_json(&url);
+    let command: Vec<&str> = json["record"]["command"]
+        .as_array()
+        .expect("the record's command")
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert_eq!(
+        command[..3],
+        ["sh", "-c", "echo ready $$; read x"],
+        "{json}"
+    );
+    assert!(command.iter().any(|w| w.ends_with('…')), "{json}");
+    assert!(
+        json["record"]["cwd"]
+            .as_str()
+            .is_some_and(|c| c.ends_with('…')),
+        "{json}"
+    );
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: held (exclusive) by pid {pid} `sh -c")),
+        "{text}"
+    );
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.starts_with(&format!("lockrun: {url} is held by pid {pid} (sh -c")),
+        "{stderr}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+
+    // A record the server cut (another client's, written without care):
+    // holder says why there is none.
+    let record = format!(
+        r#"{{"lockrun":1,"pid":1,"command":["{}"]}}"#,
+        "y".repeat(2000)
+    );
+    let (mut psql, input) = psql_holding(
+        pg,
+        &format!(
+            "/*lockrun {record}*/ SELECT pg_advisory_lock(hashtextextended('long-record', 0)), 'ready';"
+        ),
+    );
+    let json = holder_json(&url);
+    assert!(json["record"].is_null(), "{json}");
+    assert!(
+        json["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("track_activity_query_size")),
+        "{json}"
+    );
+    let text = holder_text(&url);
+    assert!(
+        text.contains("longer than the server's track_activity_query_size"),
+        "{text}"
+    );
+    drop(input);
+    let _ = wait_child(&mut psql, BOUND);
+}
+
+/// A session holding the lock whose record names no pid (written by
+/// hand, or lockrun's own before the command starts) or one no process
+/// can have: neither holder nor a conflict message says "pid 0".
+#[test]
+fn holder_never_names_pid_0() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("no-pid");
+    for record in [
+        r#"{"lockrun":1,"command":["by-hand"]}"#,
+        r#"{"lockrun":1,"pid":0,"command":["by-hand"]}"#,
+        r#"{"lockrun":1,"pid":-1,"command":["by-hand"]}"#,
+        r#"{"lockrun":1,"pid":99999999999,"command":["by-hand"]}"#,
+    ] {
+        let (mut psql, input) = psql_holding(
+            pg,
+            &format!(
+                "/*lockrun {record}*/ SELECT pg_advisory_lock(hashtextextended('no-pid', 0)), 'ready';"
+            ),
+        );
+        let text = holder_text(&url);
+        assert!(text.contains("by-hand"), "{record}: {text}");
+        let json = holder_json(&url);
+        assert_eq!(json["state"], "held", "{record}: {json}");
+        for holder in json["holders"].as_array().expect("holders") {
+            assert!(
+                holder["pid"].as_i64().is_some_and(|p| p > 0),
+                "{record}: {json}"
+            );
+        }
+        let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        for shown in [&text, &stderr] {
+            assert!(
+                !shown.contains("pid 0")
+                    && !shown.contains("pid -1")
+                    && !shown.contains("pid 99999999999"),
+                "{record}: {shown}"
+            );
+        }
+        drop(input);
+        let _ = wait_child(&mut psql, BOUND);
+    }
+}
+
 #[test]
 fn holder_of_an_unreachable_server_is_69() {
     let url = format!(
