@@ -896,6 +896,39 @@ fn holder_never_names_pid_0() {
     }
 }
 
+/// `--ttl` sets the server's tcp_keepalives_idle (seconds, which Linux
+/// takes only up to 32767) and tcp_user_timeout (2 x TTL in milliseconds,
+/// an int): a TTL beyond is a usage error before any connection, not a
+/// server failure, nor a keepalive silently left at two hours.
+#[test]
+fn a_ttl_too_long_for_the_server_is_a_usage_error() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("long-ttl");
+    for ttl in ["1e10", "30d", "10h", "32768s"] {
+        let out = lockrun()
+            .args(["--ttl", ttl, &url, "sh", "-c", "echo ran"])
+            .output()
+            .expect("run lockrun");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "--ttl {ttl}: {stderr}");
+        assert!(out.stdout.is_empty(), "--ttl {ttl}: the command ran");
+        assert!(stderr.starts_with("lockrun: "), "--ttl {ttl}: {stderr}");
+        let named = if ttl == "1e10" { "1e10" } else { "32767s" };
+        assert!(stderr.contains(named), "--ttl {ttl}: {stderr}");
+    }
+    // The longest there is works, and the server took its keepalive.
+    let log = pg.dir.join("log");
+    let before = std::fs::metadata(&log).map_or(0, |m| m.len());
+    lockrun()
+        .args(["--ttl", "32767s", &url, "true"])
+        .assert()
+        .success();
+    let text = std::fs::read(&log).unwrap_or_default();
+    let from = usize::try_from(before).unwrap_or(0);
+    let text = String::from_utf8_lossy(text.get(from..).unwrap_or_default());
+    assert!(!text.contains("setsockopt"), "{text}");
+}
+
 #[test]
 fn holder_of_an_unreachable_server_is_69() {
     let url = format!(
