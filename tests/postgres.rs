@@ -132,7 +132,7 @@ impl Server {
         let hba = data.join("pg_hba.conf");
         std::fs::write(
             &hba,
-            "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n",
+            "local all all trust\nhostnossl all tlsonly 127.0.0.1/32 reject\nhost all postgres 127.0.0.1/32 trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n",
         )
         .expect("write pg_hba.conf");
         chown_nobody(&hba);
@@ -1142,6 +1142,127 @@ fn tls_from_require_to_verify_full() {
         );
         lockrun().args([&url, "true"]).assert().code(69);
     }
+}
+
+/// lockrun holding `url` with `env` set, until released.
+fn holding_with(env: &[(&str, &Path)], url: &str) -> Background {
+    let mut cmd = std_lockrun();
+    cmd.env("PGPASSWORD", "secret")
+        .env_remove("PGSSLMODE")
+        .env_remove("PGAPPNAME");
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    cmd.args([url, "sh", "-c", "echo ready; read x"])
+        .stderr(Stdio::piped());
+    let bg = Background::spawn(cmd);
+    bg.expect_ready();
+    bg
+}
+
+impl Server {
+    /// Whether the session holding the lock on NAME is encrypted, and its
+    /// application_name.
+    fn holders_session(&self, name: &str) -> (String, String) {
+        let found = self.psql(&format!(
+            "SELECT s.ssl, a.application_name FROM pg_locks l JOIN pg_stat_ssl s ON s.pid = l.pid \
+             JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted \
+             AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended('{name}', 0)"
+        ));
+        let (ssl, app) = found.split_once('|').unwrap_or((&found, ""));
+        (ssl.to_owned(), app.to_owned())
+    }
+}
+
+/// sslmode's defaults and order as libpq has them: `prefer` (the default)
+/// encrypts where the server can and goes plain where it cannot; `allow`
+/// goes plain first, and encrypts only when the server refuses plain.
+/// PGSSLROOTCERT names the CA as sslrootcert= does; PGAPPNAME names the
+/// session in pg_stat_activity in place of lockrun's own name (an
+/// application_name in the URL wins over both), and holder still finds
+/// the record.
+#[test]
+fn sslmode_prefer_and_allow_pgsslrootcert_and_pgappname() {
+    let certs = temp_dir();
+    if !certificates(certs.path()) {
+        return;
+    }
+    let Some(plain) = shared() else { return };
+    let Some(tls) = Server::start(Some(certs.path())) else {
+        return;
+    };
+    tls.psql("CREATE ROLE tlsonly LOGIN PASSWORD 'secret'");
+    let url = |pg: &Server, user: &str, query: &str| {
+        format!(
+            "postgres://{user}@127.0.0.1:{}/postgres{query}#ssl",
+            pg.port
+        )
+    };
+    for (pg, user, query, encrypted) in [
+        // prefer, by default: plain where the server has no TLS...
+        (plain, "postgres", "", "f"),
+        // ...and TLS where it has.
+        (&tls, "app", "", "t"),
+        (&tls, "app", "?sslmode=prefer", "t"),
+        // allow: plain where the server takes it...
+        (&tls, "app", "?sslmode=allow", "f"),
+        // ...TLS once it refuses plain (pg_hba.conf: hostnossl reject).
+        (&tls, "tlsonly", "?sslmode=allow", "t"),
+    ] {
+        let url = url(pg, user, query);
+        let mut holder = holding_with(&[], &url);
+        let (ssl, app) = pg.holders_session("ssl");
+        assert_eq!(ssl, encrypted, "{url}");
+        assert!(app.starts_with("lockrun "), "{url}: {app}");
+        holder.release();
+        assert!(holder.wait_exit(BOUND).success(), "{url}");
+    }
+    // prefer and disable refused where only TLS is let in.
+    let out = lockrun()
+        .env("PGPASSWORD", "secret")
+        .args([&url(&tls, "tlsonly", "?sslmode=disable"), "true"])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("pg_hba.conf"), "{stderr}");
+
+    // PGSSLROOTCERT: the right CA verifies, another is refused.
+    let full = format!(
+        "postgres://app@localhost:{}/postgres?sslmode=verify-full#ssl",
+        tls.port
+    );
+    let ca = certs.path().join("ca.crt");
+    let mut holder = holding_with(&[("PGSSLROOTCERT", &ca)], &full);
+    assert_eq!(tls.holders_session("ssl").0, "t");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let out = lockrun()
+        .env("PGPASSWORD", "secret")
+        .env("PGSSLROOTCERT", certs.path().join("other-ca.crt"))
+        .args([&full, "true"])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("certificate"), "{stderr}");
+
+    // PGAPPNAME, and the URL's application_name over it.
+    let name = Path::new("nightly-backup");
+    let plain_url = plain.url("appname");
+    let mut holder = holding_with(&[("PGAPPNAME", name)], &plain_url);
+    assert_eq!(plain.holders_session("appname").1, "nightly-backup");
+    let json = holder_json(&plain_url);
+    assert!(json["record"]["pid"].is_i64(), "{json}");
+    assert_eq!(json["postgres"]["application_name"], "nightly-backup");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let in_url = plain_url.replace(
+        "?sslmode=disable",
+        "?sslmode=disable&application_name=from-url",
+    );
+    let mut holder = holding_with(&[("PGAPPNAME", name)], &in_url);
+    assert_eq!(plain.holders_session("appname").1, "from-url");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
 }
 
 #[test]
