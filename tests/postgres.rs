@@ -640,6 +640,68 @@ fn a_terminated_session_stops_the_command_with_76() {
     assert!(process_gone(command));
 }
 
+/// Sends SIGCONT to a stopped process when dropped, so that a failed
+/// assertion leaves no server backend stopped.
+struct Stopped(i64);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0) {
+            kill(pid, "CONT");
+        }
+    }
+}
+
+/// A connection that hangs rather than breaks (the server's backend for
+/// the session stops answering; TCP still acknowledges): no error ever
+/// comes, so only the missing confirmation can tell. The command is
+/// stopped and lockrun exits 76 within a few TTLs.
+#[test]
+fn a_hung_session_stops_the_command_with_76_within_a_few_ttls() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("hung");
+    let (mut holder, words) = holding(
+        &["--ttl", "1s", "--kill-grace", "1s"],
+        &url,
+        "trap 'echo got TERM; exit 0' TERM; echo ready $$; while :; do sleep 0.05; done",
+    );
+    let command: i32 = words[0].parse().expect("pid");
+    let backend = holder_json(&url)["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("backend pid");
+    // The server's process for this session, and no other: one of ours.
+    let owner = std::fs::read_to_string(format!("/proc/{backend}/status")).unwrap_or_default();
+    assert!(
+        owner
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.contains("65534")),
+        "pid {backend} is not the server's: {owner}"
+    );
+    kill(i32::try_from(backend).expect("a pid"), "STOP");
+    let stopped = Stopped(backend);
+    // One TTL without a confirmed check, then SIGTERM: well within 4 TTLs.
+    let line = holder.line(Duration::from_secs(4));
+    assert_eq!(
+        line.as_deref(),
+        Some("got TERM"),
+        "the command was not stopped in 4 TTLs"
+    );
+    let status = holder.wait_exit(Duration::from_secs(4));
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    let stderr = stderr_of(&mut holder);
+    assert!(
+        stderr.contains("did not confirm the lock for a whole TTL"),
+        "{stderr}"
+    );
+    assert!(process_gone(command));
+    drop(stopped);
+    // Resumed, the backend finds its client gone and the lock is free.
+    lockrun()
+        .args(["-w", "10", &url, "true"])
+        .assert()
+        .success();
+}
+
 #[test]
 fn a_wrong_password_is_69_with_a_clear_message_and_no_password() {
     let Some(pg) = shared() else { return };
