@@ -1066,6 +1066,53 @@ fn verbose_waiting_names_the_holder() {
     assert!(stderr.contains("took the lock verbose (key "), "{stderr}");
 }
 
+/// On a terminal a waiter shows a live status line naming the remote
+/// holder: its command's pid and its PostgreSQL session.
+#[test]
+fn a_waiter_on_a_terminal_shows_a_live_line_naming_the_holder() {
+    let Some(pg) = shared() else { return };
+    if !needs("script", "a pseudo-terminal to test with") {
+        return;
+    }
+    let url = pg.url("live");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let pid = &words[0];
+    wait_for("the holder's record to name the command", || {
+        holder_json(&url)["record"]["pid"].to_string() == *pid
+    });
+    let backend = holder_json(&url)["postgres"]["backend_pid"].to_string();
+    // A short label (the rest from libpq's variables) and a wide terminal,
+    // so that the holder is not cut to fit.
+    let inner = format!(
+        "stty cols 200; exec {} -w 1.6 postgres:///#live true",
+        bin()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", pg.port.to_string())
+        .env("PGUSER", "postgres")
+        .env("PGDATABASE", "postgres")
+        .env("PGSSLMODE", "disable")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!(
+            "\r\x1b[Klockrun: waiting for postgres:///#live (held by pid {pid} (sh -c"
+        )),
+        "no live line naming the holder: {shown:?}"
+    );
+    assert!(
+        shown.contains(&format!("(PostgreSQL server pid {backend})")),
+        "{shown:?}"
+    );
+    assert!(shown.contains(" / 1.6s"), "{shown:?}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
 #[test]
 fn a_server_restart_stops_the_command_with_76_and_the_lock_is_free_after() {
     let Some(pg) = Server::start(None) else {
