@@ -1077,8 +1077,9 @@ fn a_waiter_on_a_terminal_shows_a_live_line_naming_the_holder() {
     let url = pg.url("live");
     let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
     let pid = &words[0];
+    let number: i64 = pid.parse().expect("pid");
     wait_for("the holder's record to name the command", || {
-        holder_json(&url)["record"]["pid"].to_string() == *pid
+        holder_json(&url)["record"]["pid"] == number
     });
     let backend = holder_json(&url)["postgres"]["backend_pid"].to_string();
     // A short label (the rest from libpq's variables) and a wide terminal,
