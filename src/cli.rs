@@ -1044,6 +1044,9 @@ fn postgres_run(
             "--cacert, --cert, --key, --user and --password-file are etcd's; a postgres:// URL takes libpq's (sslrootcert=, user@, PGPASSWORD or ~/.pgpass)",
         ));
     }
+    if let Some(ttl) = url_args.ttl {
+        crate::backend::postgres::check_ttl(ttl).map_err(|e| Failure::new(exit_codes::USAGE, e))?;
+    }
     url_run_options(
         url,
         &crate::backend::postgres::CAPS,

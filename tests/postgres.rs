@@ -26,6 +26,9 @@ struct Server {
     port: u16,
     guard: Mutex<Option<(Child, ChildStdin)>>,
     dir: PathBuf,
+    /// Where the log of this server's start begins (earlier attempts may
+    /// have lost their port).
+    log_from: u64,
 }
 
 fn bin_dir() -> Option<PathBuf> {
@@ -81,9 +84,21 @@ fn psql(port: u16, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// How one attempt to start the server ended.
+enum Started {
+    Ready,
+    /// The log says the port was taken.
+    LostPort,
+}
+
 impl Server {
     /// `None` (after a loud skip) when PostgreSQL cannot be run here.
     fn start(ssl: Option<&Path>) -> Option<Server> {
+        Server::start_on(ssl, free_port)
+    }
+
+    /// As `start`, each attempt on the port `ports` gives.
+    fn start_on(ssl: Option<&Path>, mut ports: impl FnMut() -> u16) -> Option<Server> {
         let Some(bin) = bin_dir() else {
             skip("PostgreSQL is not installed (Debian: apt-get install postgresql)");
             return None;
@@ -117,7 +132,7 @@ impl Server {
         let hba = data.join("pg_hba.conf");
         std::fs::write(
             &hba,
-            "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n",
+            "local all all trust\nhostnossl all tlsonly 127.0.0.1/32 reject\nhost all postgres 127.0.0.1/32 trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n",
         )
         .expect("write pg_hba.conf");
         chown_nobody(&hba);
@@ -137,9 +152,16 @@ impl Server {
             settings.push("-c ssl=on".to_owned());
         }
         for _attempt in 0..5 {
-            let port = free_port();
+            let port = ports();
+            // Where this attempt's lines start in the log, which every
+            // start appends to.
+            let log = dir.join("log");
+            let from = std::fs::metadata(&log).map_or(0, |m| m.len());
+            // The shell stops postgres when its stdin says so or closes,
+            // and removes the directory only then: told `abandon` (this
+            // attempt lost its port) it keeps the data for the next one.
             let script = format!(
-                "while :; do \"$0\" -D \"$1\" -p {port} -k \"$2\" {} 2>>\"$1/../log\" & p=$!; read x; r=$?; kill -INT $p; wait $p; [ $r = 0 ] && [ \"$x\" = restart ] || break; done; rm -rf \"$3\"",
+                "while :; do \"$0\" -D \"$1\" -p {port} -k \"$2\" {} 2>>\"$1/../log\" & p=$!; read x; r=$?; kill -INT $p 2>/dev/null; wait $p; [ $r = 0 ] && [ \"$x\" = restart ] || break; done; [ \"$x\" = abandon ] || rm -rf \"$3\"",
                 settings.join(" ")
             );
             let mut cmd = Command::new("sh");
@@ -156,43 +178,82 @@ impl Server {
                 port,
                 guard: Mutex::new(Some((child, stdin))),
                 dir: dir.clone(),
+                log_from: from,
             };
-            if server.wait_ready() {
-                psql(port, "CREATE ROLE app LOGIN PASSWORD 'secret'");
-                return Some(server);
+            match server.wait_started() {
+                Started::Ready => {
+                    psql(port, "CREATE ROLE app LOGIN PASSWORD 'secret'");
+                    return Some(server);
+                }
+                Started::LostPort => {
+                    // Someone took the port between free_port() and the
+                    // bind: stop this attempt's shell, keep the data, and
+                    // let the Server go without its Drop (which would
+                    // remove the directory).
+                    server.abandon();
+                    std::mem::forget(server);
+                }
             }
-            // Lost the port to someone else: try another.
-            server.stop();
         }
         panic!(
-            "PostgreSQL did not start; see {}",
+            "PostgreSQL did not start: every port tried was taken; see {}",
             dir.join("log").display()
         );
     }
 
     /// Ready when psql answers; false when the server exited first.
     fn wait_ready(&self) -> bool {
+        matches!(self.wait_started(), Started::Ready)
+    }
+
+    /// Waits, within BOUND, until the server answers, or its log (this
+    /// start's part) says it could not bind its port. Any other end is a
+    /// failure of the test run, with the log.
+    fn wait_started(&self) -> Started {
         let deadline = std::time::Instant::now() + BOUND;
+        let log = self.dir.join("log");
         loop {
+            // Through the private socket: an answer is from our server,
+            // never from another that owns the TCP port (postgres makes
+            // its Unix socket only once its TCP port is bound).
             let ok = Command::new(bin_dir().expect("bin").join("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-q", "-p", &self.port.to_string(), "-h"])
+                .arg(self.dir.join("sock"))
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
-                return true;
+                return Started::Ready;
+            }
+            let text = std::fs::read(&log).unwrap_or_default();
+            let from = usize::try_from(self.log_from).unwrap_or(0);
+            let text = String::from_utf8_lossy(text.get(from..).unwrap_or_default());
+            if text.contains("could not bind") || text.contains("Address already in use") {
+                return Started::LostPort;
             }
             let mut guard = self.guard.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((child, _)) = guard.as_mut()
-                && child.try_wait().ok().flatten().is_some()
+                && let Ok(Some(status)) = child.try_wait()
             {
-                return false;
+                panic!("PostgreSQL's shell exited ({status}) before the server was ready: {text}");
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "PostgreSQL never became ready"
+                "PostgreSQL never became ready on port {}: {text}",
+                self.port
             );
             drop(guard);
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Ends a start that lost its port, keeping the data directory.
+    fn abandon(&self) {
+        if let Some((mut child, mut stdin)) =
+            self.guard.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            let _ = std::io::Write::write_all(&mut stdin, b"abandon\n");
+            drop(stdin);
+            let _ = wait_child(&mut child, BOUND);
         }
     }
 
@@ -291,27 +352,71 @@ fn holding(args: &[&str], url: &str, script: &str) -> (Background, Vec<String>) 
     (bg, words)
 }
 
+/// The harness itself: a port lost between choosing it and postgres
+/// binding it (another test run took it) is retried on another port, with
+/// the data directory kept.
 #[test]
-fn processes_exclude_each_other_and_get_increasing_fencing_tokens() {
-    let Some(pg) = shared() else { return };
+fn a_server_that_loses_its_port_starts_on_another() {
+    let taken = TcpListener::bind("127.0.0.1:0").expect("a port to occupy");
+    let port = taken.local_addr().expect("its address").port();
+    let mut first = true;
+    let Some(pg) = Server::start_on(None, || {
+        if std::mem::take(&mut first) {
+            port
+        } else {
+            free_port()
+        }
+    }) else {
+        return;
+    };
+    assert_ne!(pg.port, port);
+    let log = std::fs::read_to_string(pg.dir.join("log")).expect("server log");
+    assert!(log.contains("could not bind"), "{log}");
+    lockrun()
+        .args(["-n", &pg.url("retried"), "true"])
+        .assert()
+        .success();
+    drop(taken);
+}
+
+/// What a run of the counter saw.
+struct Counted {
+    total: usize,
+    /// Bodies that found another inside.
+    overlaps: usize,
+    /// `LOCKRUN_FENCING_TOKEN` of each body, in the order they ran.
+    tokens: Vec<String>,
+}
+
+/// `workers` shells, each running `PREFIX sh -c BODY` `rounds` times one
+/// after the other, where BODY reads the counter, widens the race window
+/// and writes it back plus one, and notes when it finds another body
+/// inside (a directory only one can make). PREFIX is lockrun on a lock
+/// URL, or nothing for the control.
+fn count(prefix: &[&str], workers: usize, rounds: usize) -> Counted {
     let dir = temp_dir();
     let counter = dir.path().join("counter");
     let tokens = dir.path().join("tokens");
+    let inside = dir.path().join("inside");
+    let overlaps = dir.path().join("overlaps");
     std::fs::write(&counter, "0\n").expect("write counter");
-    // Read, widen the race window, write: any overlap loses an update.
     let body = format!(
-        "n=$(cat {c}); echo \"$LOCKRUN_FENCING_TOKEN\" >> {t}; sleep 0.01; echo $((n+1)) > {c}",
+        "mkdir {i} 2>/dev/null || echo overlap >> {o}; n=$(cat {c}); \
+         echo \"${{LOCKRUN_FENCING_TOKEN:-none}}\" >> {t}; sleep 0.01; echo $((n+1)) > {c}; \
+         rmdir {i} 2>/dev/null; true",
+        i = inside.display(),
+        o = overlaps.display(),
         c = counter.display(),
         t = tokens.display()
     );
-    let (workers, rounds) = (4, 6);
+    let script = format!(
+        "b=$1; shift; i=0; while [ $i -lt {rounds} ]; do \"$@\" sh -c \"$b\" || exit 9; i=$((i+1)); done"
+    );
     let mut running: Vec<Child> = (0..workers)
         .map(|_| {
-            let script = format!(
-                "i=0; while [ $i -lt {rounds} ]; do \"$0\" \"$1\" sh -c \"$2\" || exit 9; i=$((i+1)); done"
-            );
             Command::new("sh")
-                .args(["-c", &script, bin(), &pg.url("counter"), &body])
+                .args(["-c", &script, "worker", &body])
+                .args(prefix)
                 .spawn()
                 .expect("spawn worker")
         })
@@ -320,26 +425,77 @@ fn processes_exclude_each_other_and_get_increasing_fencing_tokens() {
         let status = wait_child(worker, BOUND * 3);
         assert!(status.success(), "a worker failed: {status:?}");
     }
-    let total: usize = std::fs::read_to_string(&counter)
-        .expect("read counter")
-        .trim()
-        .parse()
-        .expect("counter is a number");
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    Counted {
+        total: read(&counter).trim().parse().expect("counter is a number"),
+        overlaps: read(&overlaps).lines().count(),
+        tokens: read(&tokens).lines().map(str::to_owned).collect(),
+    }
+}
+
+#[test]
+fn processes_exclude_each_other_and_get_increasing_fencing_tokens() {
+    let Some(pg) = shared() else { return };
+    let (workers, rounds) = (4, 6);
+    let url = pg.url("counter");
+    let seen = count(&[bin(), &url], workers, rounds);
+    assert_eq!(seen.overlaps, 0, "two commands ran at once");
     assert_eq!(
-        total,
+        seen.total,
         workers * rounds,
         "lost updates: the lock did not exclude"
     );
-    let seen: Vec<i64> = std::fs::read_to_string(&tokens)
-        .expect("read tokens")
-        .lines()
+    let tokens: Vec<i64> = seen
+        .tokens
+        .iter()
         .map(|l| l.parse().expect("a fencing token is a number"))
         .collect();
-    assert_eq!(seen.len(), workers * rounds);
+    assert_eq!(tokens.len(), workers * rounds);
     assert!(
-        seen.windows(2).all(|w| w[0] < w[1]),
-        "fencing tokens must strictly increase in lock order: {seen:?}"
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase in lock order: {tokens:?}"
     );
+}
+
+/// The control: the same counter run without the lock overlaps and loses
+/// updates, so the test above can fail.
+#[test]
+fn the_counter_catches_commands_run_without_the_lock() {
+    let (workers, rounds) = (4, 6);
+    let seen = count(&[], workers, rounds);
+    assert!(
+        seen.overlaps > 0 || seen.total < workers * rounds,
+        "without the lock the counter saw no overlap and reached {}",
+        seen.total
+    );
+}
+
+/// `sh` that skips lockrun's arguments up to `--` and runs the command
+/// without any lock: the meter's control.
+fn no_lock() -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        "while [ $# -gt 0 ] && [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"",
+        "no-lock",
+    ]);
+    cmd
+}
+
+#[test]
+fn seven_jobs_through_one_lock_run_one_at_a_time() {
+    let Some(pg) = shared() else { return };
+    meter_run(std_lockrun, &[], pg.url("meter-one"), 7, 1).unwrap();
+}
+
+/// The control, without a timing race: the meter waits until all seven
+/// jobs run at once (as if the lock admitted seven), which only a run
+/// without the lock can do, and reports the overlap.
+#[test]
+fn the_meter_catches_jobs_run_without_the_lock() {
+    let Some(pg) = shared() else { return };
+    let overlap = meter_run(no_lock, &["--slots", "7"], pg.url("meter-none"), 7, 1).unwrap_err();
+    assert!(overlap.contains("more than 1"), "{overlap}");
 }
 
 #[test]
@@ -484,6 +640,68 @@ fn a_terminated_session_stops_the_command_with_76() {
     assert!(process_gone(command));
 }
 
+/// Sends SIGCONT to a stopped process when dropped, so that a failed
+/// assertion leaves no server backend stopped.
+struct Stopped(i64);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0) {
+            kill(pid, "CONT");
+        }
+    }
+}
+
+/// A connection that hangs rather than breaks (the server's backend for
+/// the session stops answering; TCP still acknowledges): no error ever
+/// comes, so only the missing confirmation can tell. The command is
+/// stopped and lockrun exits 76 within a few TTLs.
+#[test]
+fn a_hung_session_stops_the_command_with_76_within_a_few_ttls() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("hung");
+    let (mut holder, words) = holding(
+        &["--ttl", "1s", "--kill-grace", "1s"],
+        &url,
+        "trap 'echo got TERM; exit 0' TERM; echo ready $$; while :; do sleep 0.05; done",
+    );
+    let command: i32 = words[0].parse().expect("pid");
+    let backend = holder_json(&url)["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("backend pid");
+    // The server's process for this session, and no other: one of ours.
+    let owner = std::fs::read_to_string(format!("/proc/{backend}/status")).unwrap_or_default();
+    assert!(
+        owner
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.contains("65534")),
+        "pid {backend} is not the server's: {owner}"
+    );
+    kill(i32::try_from(backend).expect("a pid"), "STOP");
+    let stopped = Stopped(backend);
+    // One TTL without a confirmed check, then SIGTERM: well within 4 TTLs.
+    let line = holder.line(Duration::from_secs(4));
+    assert_eq!(
+        line.as_deref(),
+        Some("got TERM"),
+        "the command was not stopped in 4 TTLs"
+    );
+    let status = holder.wait_exit(Duration::from_secs(4));
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    let stderr = stderr_of(&mut holder);
+    assert!(
+        stderr.contains("did not confirm the lock for a whole TTL"),
+        "{stderr}"
+    );
+    assert!(process_gone(command));
+    drop(stopped);
+    // Resumed, the backend finds its client gone and the lock is free.
+    lockrun()
+        .args(["-w", "10", &url, "true"])
+        .assert()
+        .success();
+}
+
 #[test]
 fn a_wrong_password_is_69_with_a_clear_message_and_no_password() {
     let Some(pg) = shared() else { return };
@@ -577,6 +795,202 @@ fn holder_and_check_name_the_holding_session() {
     );
 }
 
+/// A psql session that has run `statement` (which takes a lock and
+/// yields a row ending in `ready`) and stays connected until its stdin
+/// is dropped: the statement stays its `pg_stat_activity.query`.
+fn psql_holding(pg: &Server, statement: &str) -> (Child, ChildStdin) {
+    let mut psql = Command::new(bin_dir().expect("bin").join("psql"))
+        .args([
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-p", &pg.port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut input = psql.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut input, format!("{statement}\n").as_bytes())
+        .expect("write to psql");
+    let lines = BufReader::new(psql.stdout.take().expect("stdout")).lines();
+    let ready = lines
+        .map_while(Result::ok)
+        .any(|line| line.ends_with("ready"));
+    assert!(ready, "psql never said ready");
+    (psql, input)
+}
+
+#[test]
+fn a_command_line_longer_than_track_activity_query_size_keeps_its_record() {
+    let Some(pg) = shared() else { return };
+    assert_eq!(pg.psql("SHOW track_activity_query_size"), "1kB");
+    let url = pg.url("long-record");
+    // Over 2 KB of command line, run from a directory of 800 bytes.
+    let dir = temp_dir();
+    let mut cwd = dir.path().to_path_buf();
+    for c in ["a", "b", "c", "d"] {
+        cwd.push(c.repeat(200));
+    }
+    std::fs::create_dir_all(&cwd).expect("deep directory");
+    let words: Vec<String> = (0..20)
+        .map(|i| format!("{i}:{}", "x".repeat(100)))
+        .collect();
+    let mut cmd = std_lockrun();
+    cmd.current_dir(&cwd)
+        .arg(&url)
+        .args(["--", "sh", "-c", "echo ready $$; read x", "sh"])
+        .args(&words)
+        .stderr(Stdio::piped());
+    let mut holder = Background::spawn(cmd);
+    let pid: i64 = holder.expect_ready()[0].parse().expect("pid");
+    wait_for("the record to name the command", || {
+        holder_json(&url)["record"]["pid"] == pid
+    });
+    let json = holder_json(&url);
+    let command: Vec<&str> = json["record"]["command"]
+        .as_array()
+        .expect("the record's command")
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert_eq!(
+        command[..3],
+        ["sh", "-c", "echo ready $$; read x"],
+        "{json}"
+    );
+    assert!(command.iter().any(|w| w.ends_with('…')), "{json}");
+    assert!(
+        json["record"]["cwd"]
+            .as_str()
+            .is_some_and(|c| c.ends_with('…')),
+        "{json}"
+    );
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: held (exclusive) by pid {pid} `sh -c")),
+        "{text}"
+    );
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.starts_with(&format!("lockrun: {url} is held by pid {pid} (sh -c")),
+        "{stderr}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+
+    // A record the server cut (another client's, written without care):
+    // holder says why there is none.
+    let record = format!(
+        r#"{{"lockrun":1,"pid":1,"command":["{}"]}}"#,
+        "y".repeat(2000)
+    );
+    let (mut psql, input) = psql_holding(
+        pg,
+        &format!(
+            "/*lockrun {record}*/ SELECT pg_advisory_lock(hashtextextended('long-record', 0)), 'ready';"
+        ),
+    );
+    let json = holder_json(&url);
+    assert!(json["record"].is_null(), "{json}");
+    assert!(
+        json["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("track_activity_query_size")),
+        "{json}"
+    );
+    let text = holder_text(&url);
+    assert!(
+        text.contains("longer than the server's track_activity_query_size"),
+        "{text}"
+    );
+    drop(input);
+    let _ = wait_child(&mut psql, BOUND);
+}
+
+/// A session holding the lock whose record names no pid (written by
+/// hand, or lockrun's own before the command starts) or one no process
+/// can have: neither holder nor a conflict message says "pid 0".
+#[test]
+fn holder_never_names_pid_0() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("no-pid");
+    for record in [
+        r#"{"lockrun":1,"command":["by-hand"]}"#,
+        r#"{"lockrun":1,"pid":0,"command":["by-hand"]}"#,
+        r#"{"lockrun":1,"pid":-1,"command":["by-hand"]}"#,
+        r#"{"lockrun":1,"pid":99999999999,"command":["by-hand"]}"#,
+    ] {
+        let (mut psql, input) = psql_holding(
+            pg,
+            &format!(
+                "/*lockrun {record}*/ SELECT pg_advisory_lock(hashtextextended('no-pid', 0)), 'ready';"
+            ),
+        );
+        let text = holder_text(&url);
+        assert!(text.contains("by-hand"), "{record}: {text}");
+        let json = holder_json(&url);
+        assert_eq!(json["state"], "held", "{record}: {json}");
+        for holder in json["holders"].as_array().expect("holders") {
+            assert!(
+                holder["pid"].as_i64().is_some_and(|p| p > 0),
+                "{record}: {json}"
+            );
+        }
+        let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        for shown in [&text, &stderr] {
+            assert!(
+                !shown.contains("pid 0")
+                    && !shown.contains("pid -1")
+                    && !shown.contains("pid 99999999999"),
+                "{record}: {shown}"
+            );
+        }
+        drop(input);
+        let _ = wait_child(&mut psql, BOUND);
+    }
+}
+
+/// `--ttl` sets the server's tcp_keepalives_idle (seconds, which Linux
+/// takes only up to 32767) and tcp_user_timeout (2 x TTL in milliseconds,
+/// an int): a TTL beyond is a usage error before any connection, not a
+/// server failure, nor a keepalive silently left at two hours.
+#[test]
+fn a_ttl_too_long_for_the_server_is_a_usage_error() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("long-ttl");
+    for ttl in ["1e10", "30d", "10h", "32768s"] {
+        let out = lockrun()
+            .args(["--ttl", ttl, &url, "sh", "-c", "echo ran"])
+            .output()
+            .expect("run lockrun");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "--ttl {ttl}: {stderr}");
+        assert!(out.stdout.is_empty(), "--ttl {ttl}: the command ran");
+        assert!(stderr.starts_with("lockrun: "), "--ttl {ttl}: {stderr}");
+        let named = if ttl == "1e10" { "1e10" } else { "32767s" };
+        assert!(stderr.contains(named), "--ttl {ttl}: {stderr}");
+    }
+    // The longest there is works, and the server took its keepalive.
+    let log = pg.dir.join("log");
+    let before = std::fs::metadata(&log).map_or(0, |m| m.len());
+    lockrun()
+        .args(["--ttl", "32767s", &url, "true"])
+        .assert()
+        .success();
+    let text = std::fs::read(&log).unwrap_or_default();
+    let from = usize::try_from(before).unwrap_or(0);
+    let text = String::from_utf8_lossy(text.get(from..).unwrap_or_default());
+    assert!(!text.contains("setsockopt"), "{text}");
+}
+
 #[test]
 fn holder_of_an_unreachable_server_is_69() {
     let url = format!(
@@ -650,6 +1064,54 @@ fn verbose_waiting_names_the_holder() {
     let out = lockrun().args(["-v", &url, "true"]).assert().success();
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("took the lock verbose (key "), "{stderr}");
+}
+
+/// On a terminal a waiter shows a live status line naming the remote
+/// holder: its command's pid and its PostgreSQL session.
+#[test]
+fn a_waiter_on_a_terminal_shows_a_live_line_naming_the_holder() {
+    let Some(pg) = shared() else { return };
+    if !needs("script", "a pseudo-terminal to test with") {
+        return;
+    }
+    let url = pg.url("live");
+    let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
+    let pid = &words[0];
+    let number: i64 = pid.parse().expect("pid");
+    wait_for("the holder's record to name the command", || {
+        holder_json(&url)["record"]["pid"] == number
+    });
+    let backend = holder_json(&url)["postgres"]["backend_pid"].to_string();
+    // A short label (the rest from libpq's variables) and a wide terminal,
+    // so that the holder is not cut to fit.
+    let inner = format!(
+        "stty cols 200; exec {} -w 1.6 postgres:///#live true",
+        bin()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", pg.port.to_string())
+        .env("PGUSER", "postgres")
+        .env("PGDATABASE", "postgres")
+        .env("PGSSLMODE", "disable")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!(
+            "\r\x1b[Klockrun: waiting for postgres:///#live (held by pid {pid} (sh -c"
+        )),
+        "no live line naming the holder: {shown:?}"
+    );
+    assert!(
+        shown.contains(&format!("(PostgreSQL server pid {backend})")),
+        "{shown:?}"
+    );
+    assert!(shown.contains(" / 1.6s"), "{shown:?}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
 }
 
 #[test]
@@ -790,6 +1252,127 @@ fn tls_from_require_to_verify_full() {
         );
         lockrun().args([&url, "true"]).assert().code(69);
     }
+}
+
+/// lockrun holding `url` with `env` set, until released.
+fn holding_with(env: &[(&str, &Path)], url: &str) -> Background {
+    let mut cmd = std_lockrun();
+    cmd.env("PGPASSWORD", "secret")
+        .env_remove("PGSSLMODE")
+        .env_remove("PGAPPNAME");
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    cmd.args([url, "sh", "-c", "echo ready; read x"])
+        .stderr(Stdio::piped());
+    let bg = Background::spawn(cmd);
+    bg.expect_ready();
+    bg
+}
+
+impl Server {
+    /// Whether the session holding the lock on NAME is encrypted, and its
+    /// application_name.
+    fn holders_session(&self, name: &str) -> (String, String) {
+        let found = self.psql(&format!(
+            "SELECT s.ssl, a.application_name FROM pg_locks l JOIN pg_stat_ssl s ON s.pid = l.pid \
+             JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted \
+             AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended('{name}', 0)"
+        ));
+        let (ssl, app) = found.split_once('|').unwrap_or((&found, ""));
+        (ssl.to_owned(), app.to_owned())
+    }
+}
+
+/// sslmode's defaults and order as libpq has them: `prefer` (the default)
+/// encrypts where the server can and goes plain where it cannot; `allow`
+/// goes plain first, and encrypts only when the server refuses plain.
+/// PGSSLROOTCERT names the CA as sslrootcert= does; PGAPPNAME names the
+/// session in pg_stat_activity in place of lockrun's own name (an
+/// application_name in the URL wins over both), and holder still finds
+/// the record.
+#[test]
+fn sslmode_prefer_and_allow_pgsslrootcert_and_pgappname() {
+    let certs = temp_dir();
+    if !certificates(certs.path()) {
+        return;
+    }
+    let Some(plain) = shared() else { return };
+    let Some(tls) = Server::start(Some(certs.path())) else {
+        return;
+    };
+    tls.psql("CREATE ROLE tlsonly LOGIN PASSWORD 'secret'");
+    let url = |pg: &Server, user: &str, query: &str| {
+        format!(
+            "postgres://{user}@127.0.0.1:{}/postgres{query}#ssl",
+            pg.port
+        )
+    };
+    for (pg, user, query, encrypted) in [
+        // prefer, by default: plain where the server has no TLS...
+        (plain, "postgres", "", "f"),
+        // ...and TLS where it has.
+        (&tls, "app", "", "t"),
+        (&tls, "app", "?sslmode=prefer", "t"),
+        // allow: plain where the server takes it...
+        (&tls, "app", "?sslmode=allow", "f"),
+        // ...TLS once it refuses plain (pg_hba.conf: hostnossl reject).
+        (&tls, "tlsonly", "?sslmode=allow", "t"),
+    ] {
+        let url = url(pg, user, query);
+        let mut holder = holding_with(&[], &url);
+        let (ssl, app) = pg.holders_session("ssl");
+        assert_eq!(ssl, encrypted, "{url}");
+        assert!(app.starts_with("lockrun "), "{url}: {app}");
+        holder.release();
+        assert!(holder.wait_exit(BOUND).success(), "{url}");
+    }
+    // prefer and disable refused where only TLS is let in.
+    let out = lockrun()
+        .env("PGPASSWORD", "secret")
+        .args([&url(&tls, "tlsonly", "?sslmode=disable"), "true"])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("pg_hba.conf"), "{stderr}");
+
+    // PGSSLROOTCERT: the right CA verifies, another is refused.
+    let full = format!(
+        "postgres://app@localhost:{}/postgres?sslmode=verify-full#ssl",
+        tls.port
+    );
+    let ca = certs.path().join("ca.crt");
+    let mut holder = holding_with(&[("PGSSLROOTCERT", &ca)], &full);
+    assert_eq!(tls.holders_session("ssl").0, "t");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let out = lockrun()
+        .env("PGPASSWORD", "secret")
+        .env("PGSSLROOTCERT", certs.path().join("other-ca.crt"))
+        .args([&full, "true"])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("certificate"), "{stderr}");
+
+    // PGAPPNAME, and the URL's application_name over it.
+    let name = Path::new("nightly-backup");
+    let plain_url = plain.url("appname");
+    let mut holder = holding_with(&[("PGAPPNAME", name)], &plain_url);
+    assert_eq!(plain.holders_session("appname").1, "nightly-backup");
+    let json = holder_json(&plain_url);
+    assert!(json["record"]["pid"].is_i64(), "{json}");
+    assert_eq!(json["postgres"]["application_name"], "nightly-backup");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    let in_url = plain_url.replace(
+        "?sslmode=disable",
+        "?sslmode=disable&application_name=from-url",
+    );
+    let mut holder = holding_with(&[("PGAPPNAME", name)], &in_url);
+    assert_eq!(plain.holders_session("appname").1, "from-url");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
 }
 
 #[test]

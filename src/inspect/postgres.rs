@@ -81,7 +81,7 @@ mod reading {
     use super::PgLock;
     use crate::backend::postgres::PgUrl;
     use crate::backend::postgres::connect::{self, Target};
-    use crate::backend::postgres::lock::literal;
+    use crate::backend::postgres::lock::{literal, record_lost};
     use crate::backend::postgres::sessions::{PgSession, SlotSessions, sessions, slot_sessions};
     use crate::backend::postgres::slots;
     use crate::display;
@@ -175,17 +175,25 @@ mod reading {
             report.record = holder.record();
             report.record_holder_alive = Some(true);
             if let Some(record) = &report.record {
-                report.holders = vec![Holder {
-                    pid: record.pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0),
-                    mode: "exclusive",
-                    command: record.command.clone(),
-                    locked_by: None,
-                    span: None,
-                }];
+                // Before the command starts the record names no pid yet:
+                // no holder process to list, the record says the rest.
+                if let Some(pid) = record.pid.and_then(|p| i32::try_from(p).ok()) {
+                    report.holders = vec![Holder {
+                        pid,
+                        mode: "exclusive",
+                        command: record.command.clone(),
+                        locked_by: None,
+                        span: None,
+                    }];
+                }
             } else if holder.query.as_deref() == Some("<insufficient privilege>") {
                 report.reason = Some(
                 "the holding session's record is hidden: reading it needs the same role or pg_read_all_stats".into(),
             );
+            } else if holder.query.as_deref().is_some_and(record_lost) {
+                report.reason = Some(
+                    "the holding session's record is cut short: it is longer than the server's track_activity_query_size".into(),
+                );
             }
             pg.backend_pid = Some(holder.pid);
             pg.application_name = holder.application_name.clone();

@@ -71,6 +71,8 @@ pub struct Target {
     pub describe: String,
     /// Whether the password came from the URI itself (visible in `ps`).
     pub password_in_url: bool,
+    /// `sslmode=allow`: plain first, TLS when the server refuses that.
+    allow: bool,
 }
 
 /// The environment as libpq reads it; a function so tests can give their own.
@@ -186,8 +188,8 @@ impl Target {
         }
         let tls = tls_for(ssl, explicit_root)?;
         config.ssl_mode(match ssl {
-            Ssl::Disable => SslMode::Disable,
-            Ssl::Allow | Ssl::Prefer => SslMode::Prefer,
+            Ssl::Disable | Ssl::Allow => SslMode::Disable,
+            Ssl::Prefer => SslMode::Prefer,
             Ssl::Require | Ssl::VerifyCa | Ssl::VerifyFull => SslMode::Require,
         });
 
@@ -197,6 +199,7 @@ impl Target {
             tls,
             describe,
             password_in_url,
+            allow: ssl == Ssl::Allow,
         })
     }
 
@@ -232,9 +235,23 @@ impl Target {
     }
 
     pub fn connect(&self) -> Result<Client, postgres::Error> {
+        match self.connect_with(&self.config) {
+            // libpq's `allow`: TLS only once the server has refused the
+            // plain connection (pg_hba.conf's hostssl, say); not when it
+            // cannot be reached, which TLS would not change.
+            Err(e) if self.allow && e.as_db_error().is_some() => {
+                let mut config = self.config.clone();
+                config.ssl_mode(SslMode::Require);
+                self.connect_with(&config)
+            }
+            other => other,
+        }
+    }
+
+    fn connect_with(&self, config: &Config) -> Result<Client, postgres::Error> {
         match &self.tls {
-            Tls::None => self.config.connect(NoTls),
-            Tls::Rustls(tls) => self.config.connect(tls.clone()),
+            Tls::None => config.connect(NoTls),
+            Tls::Rustls(tls) => config.connect(tls.clone()),
         }
     }
 

@@ -80,6 +80,112 @@ pub fn comment(record: &[u8]) -> String {
     }
 }
 
+/// `track_activity_query_size` until the server has said (its default):
+/// `pg_stat_activity.query` shows only the first this-many-less-one bytes
+/// of a statement, so a record longer than that would be cut and lost.
+pub const QUERY_SIZE: usize = 1024;
+
+/// What a comment says in place of a record that cannot be made to fit.
+const TOO_LONG: &str = "/*lockrun record too long for track_activity_query_size*/ ";
+
+/// Marks a word of the command or the directory cut to fit.
+const CUT: char = '…';
+
+/// As [`comment`], but no longer than the server shows of a statement
+/// (`query_size` - 1 bytes): the command's words and the directory give
+/// way first, each cut to a common length and marked with `…`; then the
+/// last words go, one `…` standing for them. A record that cannot fit
+/// even so (the server's size set very low) leaves a comment that says so,
+/// which `holder` reports.
+pub fn fitted_comment(record: &[u8], query_size: usize) -> String {
+    // Nor longer than a reader takes as a record.
+    let most = usize::try_from(crate::record::MAX_RECORD_BYTES).unwrap_or(usize::MAX);
+    let room = query_size.saturating_sub(1).min(most);
+    let whole = comment(record);
+    if whole.len() <= room {
+        return whole;
+    }
+    let Some(record) = Record::parse(record.trim_ascii_end()) else {
+        return TOO_LONG.to_owned();
+    };
+    let fits = |r: &Record| {
+        let text = comment(&r.to_line());
+        (text.len() <= room).then_some(text)
+    };
+    let words = record.command.as_ref().map_or(0, Vec::len);
+    let longest = record
+        .command
+        .iter()
+        .flatten()
+        .chain(record.cwd.iter())
+        .map(|s| s.chars().count())
+        .max()
+        .unwrap_or(0);
+    // The longest common length that fits, found by halving: a word of up
+    // to 8 characters is kept whole, so cut words still say something.
+    let shortest = 8;
+    if let Some(mut best) = fits(&capped(&record, shortest, words)) {
+        let (mut lo, mut hi) = (shortest, longest);
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            match fits(&capped(&record, mid, words)) {
+                Some(text) => {
+                    best = text;
+                    lo = mid;
+                }
+                None => hi = mid,
+            }
+        }
+        return best;
+    }
+    // Too many words: keep the first ones that fit (at least the program).
+    let (mut lo, mut hi) = (1, words);
+    let mut best = None;
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        match fits(&capped(&record, shortest, mid)) {
+            Some(text) => {
+                best = Some(text);
+                lo = mid + 1;
+            }
+            None => hi = mid - 1,
+        }
+    }
+    best.unwrap_or_else(|| TOO_LONG.to_owned())
+}
+
+/// `record` with every word of the command and the directory cut to
+/// `cap` characters (the last one a `…`), and only the first `words`
+/// words of the command, a `…` standing for the rest.
+fn capped(record: &Record, cap: usize, words: usize) -> Record {
+    let cut = |s: &String| -> String {
+        if s.chars().count() <= cap {
+            s.clone()
+        } else {
+            let mut short: String = s.chars().take(cap.saturating_sub(1)).collect();
+            short.push(CUT);
+            short
+        }
+    };
+    let mut short = record.clone();
+    short.cwd = record.cwd.as_ref().map(cut);
+    short.command = record.command.as_ref().map(|command| {
+        let mut kept: Vec<String> = command.iter().take(words).map(cut).collect();
+        if command.len() > words {
+            kept.push(CUT.to_string());
+        }
+        kept
+    });
+    short
+}
+
+/// Whether a statement's text starts with our comment but carries no
+/// record we can read: cut by the server (`track_activity_query_size`
+/// smaller than the record), or [`TOO_LONG`].
+pub fn record_lost(query: &str) -> bool {
+    query.starts_with("/*lockrun ") && record_in(query).is_none()
+}
+
 /// `text` as an SQL string literal whatever `standard_conforming_strings`
 /// says: an escape string, its backslashes and quotes escaped.
 pub fn literal(text: &str) -> String {
@@ -135,6 +241,8 @@ pub struct PgBackend {
     /// closes (`CHECK_CLIENT`): a waiter that ends without a cancel request
     /// leaves no waiting session behind for long.
     checks_client: bool,
+    /// The server's `track_activity_query_size`: the record must fit.
+    query_size: usize,
     comment: String,
     ttl: Duration,
     kill_grace: Duration,
@@ -292,7 +400,9 @@ impl PgBackend {
             )
         })?;
         let record = opts.waiting_record();
-        let comment = comment(&record);
+        // Fitted to the default size until the first answer gives the
+        // server's.
+        let comment = fitted_comment(&record, QUERY_SIZE);
         let name = literal(&opts.url.name);
         let waits = !opts.nonblocking && opts.timeout != Some(Duration::ZERO);
         // One round trip: the key, our server pid, the server-side
@@ -323,7 +433,8 @@ impl PgBackend {
         );
         let mut sql = format!(
             "{comment}SELECT k, pg_backend_pid(), {first}, inet_server_port(), \
-             set_config('{SESSION_MARK}', {}, false), {CHECK_CLIENT}",
+             set_config('{SESSION_MARK}', {}, false), {CHECK_CLIENT}, \
+             pg_size_bytes(current_setting('track_activity_query_size'))",
             literal(&mark)
         );
         for (name, value) in server_keepalive(ttl) {
@@ -353,6 +464,10 @@ impl PgBackend {
         let value = |i: usize| row.get(i).cloned().flatten();
         let server_port = value(4).and_then(|v| v.parse::<u16>().ok());
         let checks_client = value(6).is_some();
+        let query_size = value(7)
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(QUERY_SIZE);
+        let comment = fitted_comment(&record, query_size);
         let (Some(key), Some(backend_pid)) = (
             value(0).and_then(|v| v.parse::<i64>().ok()),
             value(1).and_then(|v| v.parse::<i32>().ok()),
@@ -432,6 +547,7 @@ impl PgBackend {
             key,
             backend_pid,
             checks_client,
+            query_size,
             first_try: Some(token.is_some()),
             token,
             comment,
@@ -858,6 +974,7 @@ impl Backend for PgBackend {
         );
         Ok(PgHeld {
             session,
+            query_size: self.query_size,
             token,
             slot: slot.map(|(k, _)| k),
         })
@@ -866,6 +983,7 @@ impl Backend for PgBackend {
 
 pub struct PgHeld {
     session: Session,
+    query_size: usize,
     token: i64,
     /// `--slots`: the slot held, for `LOCKRUN_SLOT`.
     slot: Option<u16>,
@@ -891,7 +1009,8 @@ impl Held for PgHeld {
         // Once released the session ends and its statement text with it:
         // keeping the last holder's record would need a table (DDL).
         if !released {
-            self.session.update(comment(&record.to_line()));
+            self.session
+                .update(fitted_comment(&record.to_line(), self.query_size));
         }
         Ok(())
     }
@@ -925,6 +1044,47 @@ mod tests {
     fn keys_split_as_pg_locks_shows_them() {
         assert_eq!(key_parts(-1), (u32::MAX, u32::MAX));
         assert_eq!(key_parts(0x1_0000_0002), (1, 2));
+    }
+
+    #[test]
+    fn a_long_record_is_cut_to_fit_and_stays_readable() {
+        let record = Record {
+            command: Some(
+                std::iter::once("sh".to_owned())
+                    .chain((0..300).map(|i| format!("{i}/{}", "*".repeat(40))))
+                    .collect(),
+            ),
+            cwd: Some("/d".repeat(600)),
+            pid: Some(7),
+            lockrun: crate::record::FORMAT,
+            ..Record::default()
+        };
+        let line = record.to_line();
+        for size in [100, 200, 512, 1024, 4096, 1 << 20] {
+            let text = fitted_comment(&line, size);
+            assert!(text.len() < size, "{size}: {} bytes", text.len());
+            assert!(text.len() as u64 <= crate::record::MAX_RECORD_BYTES);
+            let Some(back) = record_in(&format!("{text}SELECT 1")) else {
+                assert_eq!(text, TOO_LONG, "{size}");
+                assert!(record_lost(&text));
+                continue;
+            };
+            assert_eq!(back.pid, Some(7), "{size}");
+            let command = back.command.unwrap_or_default();
+            assert_eq!(command.first().map(String::as_str), Some("sh"));
+            // Even a size of 1 MiB: a reader takes no more than 64 KiB.
+            assert!(command.iter().any(|w| w.ends_with(CUT)), "{size}");
+        }
+        // What fits is left alone.
+        let short = Record {
+            pid: Some(1),
+            lockrun: crate::record::FORMAT,
+            ..Record::default()
+        };
+        assert_eq!(
+            fitted_comment(&short.to_line(), 1024),
+            comment(&short.to_line())
+        );
     }
 
     #[test]

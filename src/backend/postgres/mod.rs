@@ -42,6 +42,7 @@ pub mod slots;
 use crate::exit_codes::Failure;
 use std::fmt;
 use std::ops::Range;
+use std::time::Duration;
 
 const NAME_AFTER_HASH: &str = "write the lock name after '#', as in postgres://HOST/DB#NAME";
 
@@ -57,6 +58,27 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     stays_to: "keep the connection",
     woken_by: "the server itself",
 };
+
+/// The longest `--ttl` on a PostgreSQL lock. The session gets
+/// `tcp_keepalives_idle` = TTL, and Linux refuses a TCP_KEEPIDLE over
+/// 32767 s: the server only logs that and goes on probing after its
+/// default two hours, so a dead holder's host would keep the lock that
+/// long. (`tcp_user_timeout`, 2 x TTL in milliseconds, stays well inside
+/// its int; lockrun's own side idles TTL/3.)
+pub const LONGEST_TTL: Duration = Duration::from_secs(32767);
+
+/// `--ttl` on a postgres:// URL: within what the server's settings take,
+/// else a usage error before any connection.
+pub fn check_ttl(ttl: Duration) -> Result<(), String> {
+    if ttl > LONGEST_TTL {
+        return Err(format!(
+            "--ttl {} is too long for a postgres:// lock: give 1s to {}s (9h 6m 7s), the longest keepalive idle time (tcp_keepalives_idle) the server's system takes",
+            humantime::format_duration(ttl),
+            LONGEST_TTL.as_secs()
+        ));
+    }
+    Ok(())
+}
 
 /// Whether this build has PostgreSQL lock URLs (the `postgres` feature).
 pub const ENABLED: bool = cfg!(feature = "postgres");

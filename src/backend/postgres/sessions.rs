@@ -20,8 +20,13 @@ pub struct PgSession {
 }
 
 impl PgSession {
+    /// Its record, if its last statement carries one. A pid no process
+    /// can have (a record written by hand: anyone who can run SQL can
+    /// write one) is no pid, so that nothing names a holder "pid 0".
     pub fn record(&self) -> Option<Record> {
-        self.query.as_deref().and_then(record_in)
+        let mut record = self.query.as_deref().and_then(record_in)?;
+        record.pid = record.pid.filter(|&p| p > 0 && i32::try_from(p).is_ok());
+        Some(record)
     }
 
     /// For the status line and the conflict message.
