@@ -752,6 +752,21 @@ fn the_password_is_in_no_title_record_or_holder_output() {
     assert!(holder.wait_exit(BOUND).success());
 }
 
+/// The session's ping and watch threads run beside the command: signals
+/// sent to lockrun must never run its handlers there (issue 18 item 5).
+/// Before a1f52e9 they started with the main thread's open mask.
+#[test]
+fn the_sessions_threads_never_take_a_signal() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("threads");
+    let (mut holder, _) = holding(&[], &url, "echo ready $$; read x");
+    let (open, seen) = threads_taking_signals(holder.pid() as u32);
+    assert!(seen >= 2, "only {seen} threads besides the main one");
+    assert!(open.is_empty(), "threads that take signals: {open:?}");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
 #[test]
 fn holder_and_check_name_the_holding_session() {
     let Some(pg) = shared() else { return };

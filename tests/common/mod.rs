@@ -593,3 +593,43 @@ pub fn fifo_writer_still_blocked(path: &Path, mut writer: Child) {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "payload\n");
     assert!(writer.wait().expect("wait").success());
 }
+
+/// The threads of `pid` other than its main thread on which one of the
+/// signals lockrun forwards is not blocked, by name, and how many threads
+/// were looked at. lockrun's handlers write to a pipe only the main thread
+/// knows to be open: no other thread may run them.
+pub fn threads_taking_signals(pid: u32) -> (Vec<String>, usize) {
+    let forwarded = [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTERM,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ];
+    let mut open = Vec::new();
+    let mut seen = 0;
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("read the task list");
+    for task in tasks.flatten() {
+        if task.file_name().to_str() == Some(pid.to_string().as_str()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let blocked = u64::from_str_radix(&field("SigBlk:"), 16).unwrap_or(0);
+        seen += 1;
+        if forwarded.iter().any(|&sig| blocked & (1 << (sig - 1)) == 0) {
+            open.push(format!("{} ({:x})", field("Name:"), blocked));
+        }
+    }
+    (open, seen)
+}
