@@ -1489,6 +1489,33 @@ fn the_connection_comes_from_pg_variables_and_the_password_file() {
         stderr.contains("has group or world access; ignored"),
         "{stderr}"
     );
+    // Without PGPASSFILE, libpq's default: ~/.pgpass; and the other
+    // scheme, postgresql://, names the same lock.
+    chmod(0o600);
+    std::fs::rename(&passfile, dir.path().join(".pgpass")).expect("move pgpass");
+    lockrun()
+        .env("HOME", dir.path())
+        .env_remove("PGPASSFILE")
+        .env_remove("PGPASSWORD")
+        .arg(format!(
+            "postgresql://app@127.0.0.1:{}/postgres?sslmode=disable#from-home",
+            pg.port
+        ))
+        .args(["sh", "-c", "echo $LOCKRUN_LOCKFILE"])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("postgresql://app@127.0.0.1"));
+    lockrun()
+        .env("HOME", dir.path().join("elsewhere"))
+        .env_remove("PGPASSFILE")
+        .env_remove("PGPASSWORD")
+        .arg(format!(
+            "postgresql://app@127.0.0.1:{}/postgres?sslmode=disable#from-home",
+            pg.port
+        ))
+        .arg("true")
+        .assert()
+        .code(69);
 }
 
 #[test]
