@@ -1008,10 +1008,8 @@ fn a_ttl_too_long_for_the_server_is_a_usage_error() {
 
 #[test]
 fn holder_of_an_unreachable_server_is_69() {
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable#x",
-        free_port()
-    );
+    let (_refusing, port) = refusing_port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable#x");
     lockrun().args(["check", "-q", &url]).assert().code(69);
     let out = lockrun().args([&url, "true"]).assert().code(69);
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();

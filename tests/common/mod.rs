@@ -633,3 +633,27 @@ pub fn threads_taking_signals(pid: u32) -> (Vec<String>, usize) {
     }
     (open, seen)
 }
+
+/// A loopback port that refuses connections for as long as the returned
+/// descriptor lives: a TCP socket bound to it that never listens. Unlike a
+/// port found free and closed again, no other test's server can take it
+/// meanwhile and answer in its place.
+pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor this function owns; the
+    // address structs are local and fully initialised.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let bound = libc::bind(fd, (&raw const addr).cast(), len);
+        assert_eq!(bound, 0, "bind: {}", std::io::Error::last_os_error());
+        let mut len = len;
+        libc::getsockname(fd, (&raw mut addr).cast(), &mut len);
+        (owned, u16::from_be(addr.sin_port))
+    }
+}
