@@ -169,29 +169,8 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         return Ok(exec_in_place(command, recording, held));
     }
 
-    let child_record = recording.as_ref().and_then(Recording::for_child);
-    let record_fd = held.child_record_fd().map(|fd| fd.as_raw_fd());
-    let dies_with_us = held.dies_with_lockrun().then(rustix::process::getpid);
-    let told_by_child = child_record.clone();
-    // Last, so that the clock reading is as close to the child's start as
-    // it can be: the child finds its start time from it.
-    let before = child_record.as_ref().and_then(|_| platform::before_start());
-    // SAFETY: the closure makes raw system calls on buffers prepared
-    // above (ChildRecord::write_from_child). The descriptor stays open
-    // until the command has exec'd (close-on-exec closes it only in the
-    // command): `held` outlives the start.
-    let started = unsafe {
-        platform::start_command(&command, signals::handled(), move || {
-            if let (Some(child), Some(fd)) = (&child_record, record_fd) {
-                crate::platform::tolerating_file_size_limit(|| {
-                    child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd), before);
-                });
-            }
-            if let Some(lockrun) = dies_with_us {
-                platform::die_with_parent(lockrun);
-            }
-        })
-    };
+    let told_by_child = recording.as_ref().and_then(Recording::for_child);
+    let started = start(&command, told_by_child.clone(), &held);
     let pid = match started {
         Ok(pid) => pid,
         Err(e) => {
@@ -225,13 +204,49 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     // After a stop, whatever still holds the lock through us is stopped
     // too before the lock is let go of.
     let stopped = supervisor.and_then(Supervisor::finish);
-    let mut exit = Exit::of(status);
-    if let Some(stopped) = &stopped {
-        exit = stopped.exit();
-    }
+    let exit = stopped
+        .as_ref()
+        .map_or_else(|| Exit::of(status), |s| s.exit());
     if let Some(recording) = recording {
         recording.finish(&mut held, Some((pid, start)), exit);
     }
+    Ok(release(held, flow, pid, stopped).unwrap_or(Ending::of(status)))
+}
+
+/// Starts the command, whose own process writes its part of the record
+/// (`child_record`, through the lock file's descriptor) before its exec.
+fn start<H: Held>(
+    command: &CommandLine,
+    child_record: Option<Arc<ChildRecord>>,
+    held: &H,
+) -> std::io::Result<i32> {
+    let record_fd = held.child_record_fd().map(|fd| fd.as_raw_fd());
+    let dies_with_us = held.dies_with_lockrun().then(rustix::process::getpid);
+    // Last, so that the clock reading is as close to the child's start as
+    // it can be: the child finds its start time from it.
+    let before = child_record.as_ref().and_then(|_| platform::before_start());
+    // SAFETY: the closure makes raw system calls on buffers prepared
+    // above (ChildRecord::write_from_child). The descriptor stays open
+    // until the command has exec'd (close-on-exec closes it only in the
+    // command): `held` outlives the start.
+    unsafe {
+        platform::start_command(command, signals::handled(), move || {
+            if let (Some(child), Some(fd)) = (&child_record, record_fd) {
+                crate::platform::tolerating_file_size_limit(|| {
+                    child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd), before);
+                });
+            }
+            if let Some(lockrun) = dies_with_us {
+                platform::die_with_parent(lockrun);
+            }
+        })
+    }
+}
+
+/// Lets go of the lock once the command has ended; the status, unless the
+/// command's own: 76 when the lock turns out to have been lost meanwhile,
+/// 124 when `--max-time` stopped it.
+fn release<H: Held>(held: H, flow: &Flow, pid: i32, stopped: Option<Stopped>) -> Option<Ending> {
     if let Err(reason) = held.release() {
         crate::say!(
             "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM (and SIGKILL if it still ran {} later)",
@@ -239,18 +254,16 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
             flow.label,
             display::span(flow.kill_grace)
         );
-        return Ok(Ending::Status(exit_codes::LOCK_LOST));
+        return Some(Ending::Status(exit_codes::LOCK_LOST));
     }
-    if let Some(stopped) = stopped {
-        crate::say!(
-            "{}: {}: {}",
-            persona::name(),
-            flow.label,
-            stopped.describe()
-        );
-        return Ok(Ending::Status(exit_codes::MAX_TIME));
-    }
-    Ok(Ending::of(status))
+    let stopped = stopped?;
+    crate::say!(
+        "{}: {}: {}",
+        persona::name(),
+        flow.label,
+        stopped.describe()
+    );
+    Some(Ending::Status(exit_codes::MAX_TIME))
 }
 
 fn command_line(
