@@ -2404,12 +2404,9 @@ fn a_waiter_that_gave_up_during_an_outage_does_not_block_the_lock_after_it() {
         assert_eq!(leaving.wait_exit(BOUND).code(), Some(128 + 15));
         assert_eq!(leaving.line(Duration::ZERO), None, "a leaver ran");
     }
+    // Back with every lease: the leavers' keys too (the stayer may clear
+    // the one ahead of it at once).
     etcd.restart_member(0);
-    assert_eq!(
-        waiting_count(&url),
-        Some(3),
-        "the leavers' keys should be back"
-    );
     holder.release();
     let released = Instant::now();
     assert!(holder.wait_exit(BOUND).success());

@@ -43,6 +43,9 @@ const RETRY: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct EtcdError {
     pub message: String,
+    /// Every member would say the same (credentials refused, access
+    /// denied, a certificate refused): trying again cannot help.
+    pub permanent: bool,
 }
 
 impl fmt::Display for EtcdError {
@@ -54,6 +57,14 @@ impl fmt::Display for EtcdError {
 fn error(message: impl Into<String>) -> EtcdError {
     EtcdError {
         message: message.into(),
+        permanent: false,
+    }
+}
+
+fn permanent(message: String) -> EtcdError {
+    EtcdError {
+        message,
+        permanent: true,
     }
 }
 
@@ -409,14 +420,19 @@ impl Client {
     ///
     /// With `--slots N` (`slots`), until our key is among the `n` oldest
     /// under the prefix (see `Inner::wait_slot_round`).
+    ///
+    /// `cancel` ends the wait at once (the caller's deadline passed, or a
+    /// signal came), whatever call or watch is in flight: dropping it
+    /// leaves nothing behind that the caller's revoke does not undo.
     pub fn wait_lock(
         &self,
         name: &str,
         lease: i64,
         slots: Option<u16>,
+        cancel: &tokio::sync::Notify,
     ) -> Result<String, EtcdError> {
         let ours = key_for(name, lease);
-        self.block_on(async {
+        let wait = async {
             let mut revision = None;
             let mut seen_at = None;
             loop {
@@ -443,7 +459,26 @@ impl Client {
                     }
                 }
             }
+        };
+        self.block_on(async {
+            let mut wait = std::pin::pin!(wait);
+            // A permit stored by a cancel that came before this wait began
+            // is taken on the first poll: no cancel is ever missed.
+            let mut cancelled = std::pin::pin!(cancel.notified());
+            std::future::poll_fn(|cx| {
+                if cancelled.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(Err(error("the wait was ended")));
+                }
+                wait.as_mut().poll(cx)
+            })
+            .await
         })
+    }
+
+    /// Revokes the lease of a key its lockrun abandoned (see
+    /// [`super::keeper`]), so that it stops blocking the lock.
+    pub fn revoke_abandoned(&self, kv: &Kv) -> Result<(), EtcdError> {
+        self.block_on(self.inner.revoke(kv.lease, Instant::now() + CALL_TIMEOUT))
     }
 
     /// The `n` oldest keys under the lock's prefix (the holders with
@@ -713,7 +748,7 @@ impl Inner {
                     self.preferred.store(at, Ordering::Relaxed);
                     return Ok(answer);
                 }
-                Ok(Err(Failed::Final(message))) => return Err(error(message)),
+                Ok(Err(Failed::Final(message))) => return Err(permanent(message)),
                 Ok(Err(Failed::Member(message))) => failures.push(message),
                 Err(_) => failures.push(format!(
                     "{endpoint}: no answer to the {what} within {} ms",
@@ -746,7 +781,10 @@ impl Inner {
         let (ahead, read_at) = self
             .keys_ahead("lock wait transaction", name, ours, 2, revision, seen_at)
             .await?;
-        let Some(key) = ahead.first().cloned() else {
+        if self.revoke_abandoned(&ahead).await? {
+            return Ok(Round::Again);
+        }
+        let Some(key) = ahead.first().map(|kv| kv.key.clone().into_bytes()) else {
             return Ok(Round::Ours);
         };
         let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
@@ -808,19 +846,26 @@ impl Inner {
                 seen_at,
             )
             .await?;
+        if self.revoke_abandoned(&ahead).await? {
+            return Ok(Round::Again);
+        }
         if ahead.len() < usize::from(n) {
             return Ok(Round::Ours);
         }
         let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
         if ahead.len() > usize::from(n) {
             return self
-                .watch_for(ahead[0].clone(), from, |events: &[ec::Event]| {
-                    if events.is_empty() {
-                        Verdict::Wait
-                    } else {
-                        Verdict::Look
-                    }
-                })
+                .watch_for(
+                    ahead[0].key.clone().into_bytes(),
+                    from,
+                    |events: &[ec::Event]| {
+                        if events.is_empty() {
+                            Verdict::Wait
+                        } else {
+                            Verdict::Look
+                        }
+                    },
+                )
                 .await;
         }
         // First in line: the n keys ahead are all the keys older than ours,
@@ -828,7 +873,7 @@ impl Inner {
         // ours one of the n oldest, unless ours went first: the lock is
         // ours as soon as that deletion arrives. Deletions of newer keys
         // (waiters leaving) change nothing.
-        let older = ahead;
+        let older: Vec<Vec<u8>> = ahead.into_iter().map(|kv| kv.key.into_bytes()).collect();
         let ours = ours.as_bytes().to_vec();
         let options = from
             .with_prefix()
@@ -846,6 +891,24 @@ impl Inner {
         .await
     }
 
+    /// Revokes the lease of every key in `ahead` whose lockrun left it
+    /// behind on this host (see [`super::keeper`]); whether there was one,
+    /// so that the round looks again. A revoke that fails is the member's
+    /// failure: the next round tries again.
+    async fn revoke_abandoned(&self, ahead: &[Kv]) -> Result<bool, Failed> {
+        let mut any = false;
+        for kv in ahead
+            .iter()
+            .filter(|kv| super::keeper::abandoned(&kv.value))
+        {
+            self.revoke(kv.lease, Instant::now() + CALL_TIMEOUT)
+                .await
+                .map_err(|e| Failed::Member(e.message))?;
+            any = true;
+        }
+        Ok(any)
+    }
+
     /// The wait rounds' one read: a single transaction that reads up to
     /// `limit` keys older than ours, newest first, only if our key still
     /// exists as we created it (same creation revision; learnt on the
@@ -861,7 +924,7 @@ impl Inner {
         limit: i64,
         revision: &mut Option<i64>,
         seen_at: Option<usize>,
-    ) -> Result<(Vec<Vec<u8>>, i64), Failed> {
+    ) -> Result<(Vec<Kv>, i64), Failed> {
         let deadline = Instant::now() + CALL_TIMEOUT;
         let gone = || {
             Failed::Final(format!(
@@ -879,9 +942,10 @@ impl Inner {
         let prefix = format!("{name}/");
         let key = ours.to_owned();
         let txn = move |mut c: ec::Client| {
+            // With their values: a key whose lockrun is gone from this host
+            // is seen for what it is (see `abandoned_ahead`).
             let mut options = ec::GetOptions::new()
                 .with_prefix()
-                .with_keys_only()
                 .with_max_create_revision(mine - 1)
                 .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
                 .with_limit(limit);
@@ -902,12 +966,7 @@ impl Inner {
             return Err(gone());
         }
         let Some(ahead) = answer.op_responses().into_iter().find_map(|r| match r {
-            ec::TxnOpResponse::Get(get) => Some(
-                get.kvs()
-                    .iter()
-                    .map(|kv| kv.key().to_vec())
-                    .collect::<Vec<_>>(),
-            ),
+            ec::TxnOpResponse::Get(get) => Some(get.kvs().iter().map(Kv::from).collect::<Vec<_>>()),
             _ => None,
         }) else {
             return Err(Failed::Final(format!(
