@@ -2432,3 +2432,51 @@ fn a_waiter_that_gave_up_during_an_outage_does_not_block_the_lock_after_it() {
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(waiting_count(&url), Some(0));
 }
+
+/// A waiter killed with SIGKILL cannot revoke its lease: its key stays in
+/// the queue for its TTL (30 s here). The waiter behind it, on this host,
+/// watching that key, sees at its next quiet spell (2 s) that the lockrun
+/// that queued it is gone and revokes it, so it gets the lock as soon as
+/// the holder releases, not a TTL later.
+#[test]
+fn a_waiter_killed_with_sigkill_does_not_hold_up_the_one_behind_it() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("job");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let mut killed = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args(["--ttl", "30s", "-w", "60", &url, "echo", "ran"]);
+        cmd
+    });
+    wait_for("the first waiter to queue", || {
+        waiting_count(&url) == Some(1)
+    });
+    let mut behind = Background::spawn({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args(["-v", "-w", "60", &url, "echo", "ran"])
+            .stderr(Stdio::piped());
+        cmd
+    });
+    wait_for("the second waiter to queue", || {
+        waiting_count(&url) == Some(2)
+    });
+    kill(killed.pid(), "KILL");
+    killed.wait_exit(BOUND);
+    holder.release();
+    let released = Instant::now();
+    assert!(holder.wait_exit(BOUND).success());
+    let ran = behind.line(Duration::from_secs(10));
+    let took = released.elapsed();
+    let status = behind.wait_exit(BOUND);
+    let err = stderr_of(&mut behind);
+    assert_eq!(ran.as_deref(), Some("ran"), "{err}");
+    assert!(status.success(), "{err}");
+    assert!(took < Duration::from_secs(5), "waited {took:?}: {err}");
+    // -v says what it did.
+    assert!(
+        err.contains("the lockrun that queued it on this host is gone"),
+        "{err}"
+    );
+    assert_eq!(waiting_count(&url), Some(0));
+    etcd.lockrun().args(["-n", &url, "true"]).assert().success();
+}

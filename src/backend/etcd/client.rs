@@ -25,7 +25,7 @@ use etcd_client as ec;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long an ordinary call may take before etcd counts as unreachable.
@@ -148,6 +148,8 @@ struct Inner {
     tls: Option<ec::TlsOptions>,
     credentials: Option<(String, String)>,
     access: Access,
+    /// `-v`: say when a key left behind is revoked (see `revoke_abandoned`).
+    verbose: AtomicBool,
 }
 
 struct Member {
@@ -215,8 +217,14 @@ impl Client {
                 tls,
                 credentials,
                 access,
+                verbose: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// `-v`: say what is done to keys other lockruns left behind.
+    pub fn set_verbose(&self, verbose: bool) {
+        self.inner.verbose.store(verbose, Ordering::Relaxed);
     }
 
     pub fn endpoints(&self) -> String {
@@ -790,7 +798,7 @@ impl Inner {
         let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
         if ahead.len() > 1 {
             // Keys further ahead: its deletion moves us up one place.
-            return self.watch_for(key, from, deletes).await;
+            return self.watch_for(key, from, &ahead[..1], deletes).await;
         }
         // The key ahead is the only one older than ours, and no key created
         // later can be older: its deletion makes ours the oldest, unless
@@ -805,7 +813,7 @@ impl Inner {
         };
         let mut end = high;
         end.push(0);
-        self.watch_for(low, from.with_range(end), |events| {
+        self.watch_for(low, from.with_range(end), &ahead, |events| {
             let deleted = |k: &[u8]| was_deleted(events, k);
             if deleted(&ours) {
                 Verdict::Again
@@ -858,6 +866,7 @@ impl Inner {
                 .watch_for(
                     ahead[0].key.clone().into_bytes(),
                     from,
+                    &ahead[..1],
                     |events: &[ec::Event]| {
                         if events.is_empty() {
                             Verdict::Wait
@@ -873,12 +882,12 @@ impl Inner {
         // ours one of the n oldest, unless ours went first: the lock is
         // ours as soon as that deletion arrives. Deletions of newer keys
         // (waiters leaving) change nothing.
-        let older: Vec<Vec<u8>> = ahead.into_iter().map(|kv| kv.key.into_bytes()).collect();
+        let older: Vec<Vec<u8>> = ahead.iter().map(|kv| kv.key.clone().into_bytes()).collect();
         let ours = ours.as_bytes().to_vec();
         let options = from
             .with_prefix()
             .with_filters([ec::WatchFilterType::NoPut]);
-        self.watch_for(format!("{name}/").into_bytes(), options, |events| {
+        self.watch_for(format!("{name}/").into_bytes(), options, &ahead, |events| {
             let deleted = |k: &[u8]| was_deleted(events, k);
             if deleted(&ours) {
                 Verdict::Again
@@ -904,6 +913,9 @@ impl Inner {
             self.revoke(kv.lease, Instant::now() + CALL_TIMEOUT)
                 .await
                 .map_err(|e| Failed::Member(e.message))?;
+            if self.verbose.load(Ordering::Relaxed) {
+                eprintln!("lockrun: {}", super::keeper::revoked(kv));
+            }
             any = true;
         }
         Ok(any)
@@ -1027,11 +1039,15 @@ impl Inner {
 
     /// Watches `key` (with `options`) on the member that answered the last
     /// read, until `verdict` finds in a batch of events that our place in
-    /// line changed.
+    /// line changed. `watched`: the keys (as read) whose deletion the
+    /// watch waits for; one whose lockrun turns out gone from this host
+    /// (see [`super::keeper`]) never will be deleted until its TTL, so at
+    /// each quiet spell the round ends, and the next one revokes it.
     async fn watch_for(
         &self,
         key: Vec<u8>,
         options: ec::WatchOptions,
+        watched: &[Kv],
         verdict: impl Fn(&[ec::Event]) -> Verdict,
     ) -> Result<Round, Failed> {
         // The member that answered the read: watch there.
@@ -1076,6 +1092,9 @@ impl Inner {
                     )));
                 }
                 Err(_) => {
+                    if watched.iter().any(|kv| super::keeper::abandoned(&kv.value)) {
+                        return Ok(Round::Again);
+                    }
                     stream
                         .request_progress()
                         .await

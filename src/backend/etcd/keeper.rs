@@ -50,6 +50,15 @@ pub fn with_start(line: &[u8], start: Option<u64>) -> Vec<u8> {
     out
 }
 
+/// What `-v` says of a key revoked as abandoned.
+pub fn revoked(kv: &super::client::Kv) -> String {
+    format!(
+        "revoked the lease of {} (lease {:x}): the lockrun that queued it on this host is gone",
+        crate::display::escape(&kv.key),
+        kv.lease
+    )
+}
+
 /// This lockrun's start time, for [`with_start`].
 pub fn own_start() -> Option<u64> {
     platform::own_start_time_without_allocating()

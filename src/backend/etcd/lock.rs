@@ -70,6 +70,7 @@ fn unavailable(label: &str, e: &EtcdError) -> Failure {
 impl EtcdBackend {
     pub fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
         let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
+        client.set_verbose(opts.verbose);
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
         let session = Session::start(
             client.clone(),
@@ -120,11 +121,7 @@ impl EtcdBackend {
                 .revoke_abandoned(kv)
                 .map_err(|e| self.failure(&e))?;
             if self.verbose {
-                eprintln!(
-                    "lockrun: revoked the lease of {} (lease {:x}): the lockrun that queued it on this host is gone",
-                    display::escape(&kv.key),
-                    kv.lease
-                );
+                eprintln!("lockrun: {}", keeper::revoked(kv));
             }
             any = true;
         }
