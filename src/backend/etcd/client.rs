@@ -25,7 +25,7 @@ use etcd_client as ec;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long an ordinary call may take before etcd counts as unreachable.
@@ -43,6 +43,9 @@ const RETRY: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct EtcdError {
     pub message: String,
+    /// Every member would say the same (credentials refused, access
+    /// denied, a certificate refused): trying again cannot help.
+    pub permanent: bool,
 }
 
 impl fmt::Display for EtcdError {
@@ -54,6 +57,14 @@ impl fmt::Display for EtcdError {
 fn error(message: impl Into<String>) -> EtcdError {
     EtcdError {
         message: message.into(),
+        permanent: false,
+    }
+}
+
+fn permanent(message: String) -> EtcdError {
+    EtcdError {
+        message,
+        permanent: true,
     }
 }
 
@@ -137,6 +148,8 @@ struct Inner {
     tls: Option<ec::TlsOptions>,
     credentials: Option<(String, String)>,
     access: Access,
+    /// `-v`: say when a key left behind is revoked (see `revoke_abandoned`).
+    verbose: AtomicBool,
 }
 
 struct Member {
@@ -204,8 +217,14 @@ impl Client {
                 tls,
                 credentials,
                 access,
+                verbose: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// `-v`: say what is done to keys other lockruns left behind.
+    pub fn set_verbose(&self, verbose: bool) {
+        self.inner.verbose.store(verbose, Ordering::Relaxed);
     }
 
     pub fn endpoints(&self) -> String {
@@ -409,14 +428,19 @@ impl Client {
     ///
     /// With `--slots N` (`slots`), until our key is among the `n` oldest
     /// under the prefix (see `Inner::wait_slot_round`).
+    ///
+    /// `cancel` ends the wait at once (the caller's deadline passed, or a
+    /// signal came), whatever call or watch is in flight: dropping it
+    /// leaves nothing behind that the caller's revoke does not undo.
     pub fn wait_lock(
         &self,
         name: &str,
         lease: i64,
         slots: Option<u16>,
+        cancel: &tokio::sync::Notify,
     ) -> Result<String, EtcdError> {
         let ours = key_for(name, lease);
-        self.block_on(async {
+        let wait = async {
             let mut revision = None;
             let mut seen_at = None;
             loop {
@@ -443,7 +467,26 @@ impl Client {
                     }
                 }
             }
+        };
+        self.block_on(async {
+            let mut wait = std::pin::pin!(wait);
+            // A permit stored by a cancel that came before this wait began
+            // is taken on the first poll: no cancel is ever missed.
+            let mut cancelled = std::pin::pin!(cancel.notified());
+            std::future::poll_fn(|cx| {
+                if cancelled.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(Err(error("the wait was ended")));
+                }
+                wait.as_mut().poll(cx)
+            })
+            .await
         })
+    }
+
+    /// Revokes the lease of a key its lockrun abandoned (see
+    /// [`super::keeper`]), so that it stops blocking the lock.
+    pub fn revoke_abandoned(&self, kv: &Kv) -> Result<(), EtcdError> {
+        self.block_on(self.inner.revoke(kv.lease, Instant::now() + CALL_TIMEOUT))
     }
 
     /// The `n` oldest keys under the lock's prefix (the holders with
@@ -713,7 +756,7 @@ impl Inner {
                     self.preferred.store(at, Ordering::Relaxed);
                     return Ok(answer);
                 }
-                Ok(Err(Failed::Final(message))) => return Err(error(message)),
+                Ok(Err(Failed::Final(message))) => return Err(permanent(message)),
                 Ok(Err(Failed::Member(message))) => failures.push(message),
                 Err(_) => failures.push(format!(
                     "{endpoint}: no answer to the {what} within {} ms",
@@ -746,13 +789,16 @@ impl Inner {
         let (ahead, read_at) = self
             .keys_ahead("lock wait transaction", name, ours, 2, revision, seen_at)
             .await?;
-        let Some(key) = ahead.first().cloned() else {
+        if self.revoke_abandoned(&ahead).await? {
+            return Ok(Round::Again);
+        }
+        let Some(key) = ahead.first().map(|kv| kv.key.clone().into_bytes()) else {
             return Ok(Round::Ours);
         };
         let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
         if ahead.len() > 1 {
             // Keys further ahead: its deletion moves us up one place.
-            return self.watch_for(key, from, deletes).await;
+            return self.watch_for(key, from, &ahead[..1], deletes).await;
         }
         // The key ahead is the only one older than ours, and no key created
         // later can be older: its deletion makes ours the oldest, unless
@@ -767,7 +813,7 @@ impl Inner {
         };
         let mut end = high;
         end.push(0);
-        self.watch_for(low, from.with_range(end), |events| {
+        self.watch_for(low, from.with_range(end), &ahead, |events| {
             let deleted = |k: &[u8]| was_deleted(events, k);
             if deleted(&ours) {
                 Verdict::Again
@@ -808,19 +854,27 @@ impl Inner {
                 seen_at,
             )
             .await?;
+        if self.revoke_abandoned(&ahead).await? {
+            return Ok(Round::Again);
+        }
         if ahead.len() < usize::from(n) {
             return Ok(Round::Ours);
         }
         let from = ec::WatchOptions::new().with_start_revision(read_at + 1);
         if ahead.len() > usize::from(n) {
             return self
-                .watch_for(ahead[0].clone(), from, |events: &[ec::Event]| {
-                    if events.is_empty() {
-                        Verdict::Wait
-                    } else {
-                        Verdict::Look
-                    }
-                })
+                .watch_for(
+                    ahead[0].key.clone().into_bytes(),
+                    from,
+                    &ahead[..1],
+                    |events: &[ec::Event]| {
+                        if events.is_empty() {
+                            Verdict::Wait
+                        } else {
+                            Verdict::Look
+                        }
+                    },
+                )
                 .await;
         }
         // First in line: the n keys ahead are all the keys older than ours,
@@ -828,12 +882,12 @@ impl Inner {
         // ours one of the n oldest, unless ours went first: the lock is
         // ours as soon as that deletion arrives. Deletions of newer keys
         // (waiters leaving) change nothing.
-        let older = ahead;
+        let older: Vec<Vec<u8>> = ahead.iter().map(|kv| kv.key.clone().into_bytes()).collect();
         let ours = ours.as_bytes().to_vec();
         let options = from
             .with_prefix()
             .with_filters([ec::WatchFilterType::NoPut]);
-        self.watch_for(format!("{name}/").into_bytes(), options, |events| {
+        self.watch_for(format!("{name}/").into_bytes(), options, &ahead, |events| {
             let deleted = |k: &[u8]| was_deleted(events, k);
             if deleted(&ours) {
                 Verdict::Again
@@ -844,6 +898,27 @@ impl Inner {
             }
         })
         .await
+    }
+
+    /// Revokes the lease of every key in `ahead` whose lockrun left it
+    /// behind on this host (see [`super::keeper`]); whether there was one,
+    /// so that the round looks again. A revoke that fails is the member's
+    /// failure: the next round tries again.
+    async fn revoke_abandoned(&self, ahead: &[Kv]) -> Result<bool, Failed> {
+        let mut any = false;
+        for kv in ahead
+            .iter()
+            .filter(|kv| super::keeper::abandoned(&kv.value))
+        {
+            self.revoke(kv.lease, Instant::now() + CALL_TIMEOUT)
+                .await
+                .map_err(|e| Failed::Member(e.message))?;
+            if self.verbose.load(Ordering::Relaxed) {
+                eprintln!("lockrun: {}", super::keeper::revoked(kv));
+            }
+            any = true;
+        }
+        Ok(any)
     }
 
     /// The wait rounds' one read: a single transaction that reads up to
@@ -861,7 +936,7 @@ impl Inner {
         limit: i64,
         revision: &mut Option<i64>,
         seen_at: Option<usize>,
-    ) -> Result<(Vec<Vec<u8>>, i64), Failed> {
+    ) -> Result<(Vec<Kv>, i64), Failed> {
         let deadline = Instant::now() + CALL_TIMEOUT;
         let gone = || {
             Failed::Final(format!(
@@ -879,9 +954,10 @@ impl Inner {
         let prefix = format!("{name}/");
         let key = ours.to_owned();
         let txn = move |mut c: ec::Client| {
+            // With their values: a key whose lockrun is gone from this host
+            // is seen for what it is (see `abandoned_ahead`).
             let mut options = ec::GetOptions::new()
                 .with_prefix()
-                .with_keys_only()
                 .with_max_create_revision(mine - 1)
                 .with_sort(ec::SortTarget::Create, ec::SortOrder::Descend)
                 .with_limit(limit);
@@ -902,12 +978,7 @@ impl Inner {
             return Err(gone());
         }
         let Some(ahead) = answer.op_responses().into_iter().find_map(|r| match r {
-            ec::TxnOpResponse::Get(get) => Some(
-                get.kvs()
-                    .iter()
-                    .map(|kv| kv.key().to_vec())
-                    .collect::<Vec<_>>(),
-            ),
+            ec::TxnOpResponse::Get(get) => Some(get.kvs().iter().map(Kv::from).collect::<Vec<_>>()),
             _ => None,
         }) else {
             return Err(Failed::Final(format!(
@@ -968,11 +1039,15 @@ impl Inner {
 
     /// Watches `key` (with `options`) on the member that answered the last
     /// read, until `verdict` finds in a batch of events that our place in
-    /// line changed.
+    /// line changed. `watched`: the keys (as read) whose deletion the
+    /// watch waits for; one whose lockrun turns out gone from this host
+    /// (see [`super::keeper`]) never will be deleted until its TTL, so at
+    /// each quiet spell the round ends, and the next one revokes it.
     async fn watch_for(
         &self,
         key: Vec<u8>,
         options: ec::WatchOptions,
+        watched: &[Kv],
         verdict: impl Fn(&[ec::Event]) -> Verdict,
     ) -> Result<Round, Failed> {
         // The member that answered the read: watch there.
@@ -1017,6 +1092,9 @@ impl Inner {
                     )));
                 }
                 Err(_) => {
+                    if watched.iter().any(|kv| super::keeper::abandoned(&kv.value)) {
+                        return Ok(Round::Again);
+                    }
                     stream
                         .request_progress()
                         .await

@@ -15,18 +15,22 @@
 use super::RunOptions;
 use super::client::{Attempt, Client, EtcdError, Kv, key_for};
 use super::session::Session;
-use super::slots;
+use super::{keeper, slots};
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::record::Record;
 use std::ffi::OsString;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a release or clean-up call may take: lockrun is finishing and
 /// must not hang on an etcd that stopped answering.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many abandoned keys (see [`keeper`]) one attempt clears before it
+/// settles for waiting behind the rest: a bound, not an expectation.
+const REAP_ROUNDS: usize = 8;
 
 pub struct EtcdBackend {
     client: Client,
@@ -52,6 +56,8 @@ pub struct EtcdBackend {
     verbose: bool,
     /// The lock URL, escaped, for messages.
     label: String,
+    /// Ends the helper thread's wait in etcd at once (see `interrupt`).
+    cancel: Arc<tokio::sync::Notify>,
 }
 
 fn unavailable(label: &str, e: &EtcdError) -> Failure {
@@ -64,14 +70,24 @@ fn unavailable(label: &str, e: &EtcdError) -> Failure {
 impl EtcdBackend {
     pub fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
         let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
+        client.set_verbose(opts.verbose);
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
-        let session = Session::start(client.clone(), lease, ttl, opts.kill_grace);
+        let session = Session::start(
+            client.clone(),
+            (lease, key_for(&opts.url.name, lease)),
+            ttl,
+            opts.kill_grace,
+        );
         // The waiting key carries who waits, so `holder` can name a
         // contender even before it runs its command.
         let waiting_record = opts.waiting_record();
+        // While it waits, the key also says when this lockrun started, so
+        // that a lockrun on this host can tell it was left behind (see
+        // `keeper`); the record stored once the command runs does not.
+        let waiting = keeper::with_start(&waiting_record, keeper::own_start());
         let value = match opts.slots {
-            Some(n) => slots::with_slot(&waiting_record, n, None),
-            None => waiting_record.clone(),
+            Some(n) => slots::with_slot(&waiting, n, None),
+            None => waiting,
         };
         Ok(EtcdBackend {
             client,
@@ -88,7 +104,28 @@ impl EtcdBackend {
             owner: None,
             verbose: opts.verbose,
             label: label.to_owned(),
+            cancel: Arc::new(tokio::sync::Notify::new()),
         })
+    }
+
+    /// Revokes the leases of the keys in `keys` (other than ours) that
+    /// their lockrun left behind on this host; whether there were any.
+    fn reap(&self, keys: &[Kv]) -> Result<bool, Failure> {
+        let ours = key_for(&self.name, self.lease);
+        let mut any = false;
+        for kv in keys
+            .iter()
+            .filter(|kv| kv.key != ours && keeper::abandoned(&kv.value))
+        {
+            self.client
+                .revoke_abandoned(kv)
+                .map_err(|e| self.failure(&e))?;
+            if self.verbose {
+                eprintln!("lockrun: {}", keeper::revoked(kv));
+            }
+            any = true;
+        }
+        Ok(any)
     }
 
     fn failure(&self, e: &EtcdError) -> Failure {
@@ -173,31 +210,45 @@ impl EtcdBackend {
 
 impl Contender for EtcdBackend {
     fn try_acquire(&mut self) -> Result<bool, Failure> {
-        if let Some(n) = self.slots {
-            let (revision, oldest) = self
-                .client
-                .attempt_n(&self.name, self.lease, &self.value, n)
-                .map_err(|e| self.failure(&e))?;
-            self.revision = Some(revision);
-            self.agree(&oldest)?;
-            let ours = key_for(&self.name, self.lease);
-            let admitted = oldest.iter().any(|kv| kv.key == ours);
-            self.holders = oldest;
-            return Ok(admitted);
-        }
-        match self.client.attempt(&self.name, self.lease, &self.value) {
-            Err(e) => Err(self.failure(&e)),
-            Ok(Attempt::Acquired { revision }) => {
+        // A key ahead that its lockrun left behind on this host is cleared
+        // and the attempt made again (it is repeatable: our key is created
+        // once).
+        let mut round = 0;
+        loop {
+            round += 1;
+            let reap = round <= REAP_ROUNDS;
+            if let Some(n) = self.slots {
+                let (revision, oldest) = self
+                    .client
+                    .attempt_n(&self.name, self.lease, &self.value, n)
+                    .map_err(|e| self.failure(&e))?;
                 self.revision = Some(revision);
-                Ok(true)
-            }
-            Ok(Attempt::Queued { revision, owner }) => {
-                self.revision = Some(revision);
-                if let Some(owner) = &owner {
-                    self.agree(std::slice::from_ref(owner))?;
+                self.agree(&oldest)?;
+                let ours = key_for(&self.name, self.lease);
+                let admitted = oldest.iter().any(|kv| kv.key == ours);
+                if !admitted && reap && self.reap(&oldest)? {
+                    continue;
                 }
-                self.owner = owner;
-                Ok(false)
+                self.holders = oldest;
+                return Ok(admitted);
+            }
+            match self.client.attempt(&self.name, self.lease, &self.value) {
+                Err(e) => return Err(self.failure(&e)),
+                Ok(Attempt::Acquired { revision }) => {
+                    self.revision = Some(revision);
+                    return Ok(true);
+                }
+                Ok(Attempt::Queued { revision, owner }) => {
+                    self.revision = Some(revision);
+                    if let Some(owner) = &owner {
+                        self.agree(std::slice::from_ref(owner))?;
+                        if reap && self.reap(std::slice::from_ref(owner))? {
+                            continue;
+                        }
+                    }
+                    self.owner = owner;
+                    return Ok(false);
+                }
             }
         }
     }
@@ -211,6 +262,7 @@ impl Contender for EtcdBackend {
         let lease = self.lease;
         let ours = key_for(&name, lease);
         let slots = self.slots;
+        let cancel = Arc::clone(&self.cancel);
         Ok(Box::new(move || {
             let unavailable = |message: String| {
                 Failure::new(
@@ -218,7 +270,7 @@ impl Contender for EtcdBackend {
                     format!("cannot take the lock {name}: {message} (the command was not run)"),
                 )
             };
-            match client.wait_lock(&name, lease, slots) {
+            match client.wait_lock(&name, lease, slots, &cancel) {
                 Ok(key) if key == ours => Ok(()),
                 Ok(key) => Err(unavailable(format!(
                     "etcd granted the lock to key {key}, not ours ({ours})"
@@ -228,11 +280,20 @@ impl Contender for EtcdBackend {
         }))
     }
 
+    fn interrupt(&mut self) {
+        // A permit if the helper is not waiting on it yet: it ends the wait
+        // as soon as it starts.
+        self.cancel.notify_one();
+    }
+
     fn still_valid(&mut self) -> Result<(), Failure> {
         match self.session.lost() {
             Some(reason) => Err(Failure::new(
                 exit_codes::UNAVAILABLE,
-                format!("lost the lease while waiting: {reason}"),
+                format!(
+                    "cannot take {} while waiting: {reason} (the command was not run)",
+                    self.label
+                ),
             )),
             None => Ok(()),
         }
@@ -265,7 +326,9 @@ impl Backend for EtcdBackend {
     }
 
     fn give_up(self) {
-        self.session.finish();
+        // Not joined: a renewal in flight to an etcd that does not answer
+        // must not hold up the exit; the revoke below ends the lease.
+        self.session.stop();
         let _ = self
             .client
             .revoke(self.lease, Instant::now() + CLEANUP_TIMEOUT);
@@ -275,6 +338,7 @@ impl Backend for EtcdBackend {
         let Some(revision) = self.revision else {
             let e = EtcdError {
                 message: "our key's revision is unknown".into(),
+                permanent: false,
             };
             let failure = self.failure(&e);
             self.give_up();
@@ -336,6 +400,7 @@ impl EtcdBackend {
                 message: format!(
                     "our key {key} left the {n} oldest (deleted, or its lease expired) before it took a slot"
                 ),
+                permanent: false,
             })),
             Err(e) => Err(self.failure(&e)),
         }

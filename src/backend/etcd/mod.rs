@@ -15,6 +15,8 @@
 #[cfg(feature = "etcd")]
 pub mod client;
 #[cfg(feature = "etcd")]
+pub mod keeper;
+#[cfg(feature = "etcd")]
 pub mod lock;
 #[cfg(feature = "etcd")]
 pub mod session;

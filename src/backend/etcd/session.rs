@@ -25,6 +25,8 @@ struct State {
     stop: bool,
     /// Our key and its creation revision, once the lock is held.
     held: Option<(String, i64)>,
+    /// Our key while it waits in the queue.
+    queued: Option<String>,
     command: lost::Command,
     /// Why the lock was lost, once it was.
     lost: Option<String>,
@@ -38,9 +40,18 @@ pub struct Session {
 }
 
 impl Session {
-    /// Starts renewing `lease` (granted with `ttl`) at once.
-    pub fn start(client: Client, lease: i64, ttl: Duration, kill_grace: Duration) -> Session {
-        let shared = Arc::new(Shared::new(State::default()));
+    /// Starts renewing `lease` (granted with `ttl`) at once; `key` is the
+    /// key it waits with.
+    pub fn start(
+        client: Client,
+        (lease, key): (i64, String),
+        ttl: Duration,
+        kill_grace: Duration,
+    ) -> Session {
+        let shared = Arc::new(Shared::new(State {
+            queued: Some(key),
+            ..State::default()
+        }));
         let inner = Arc::clone(&shared);
         let thread = crate::platform::with_signals_blocked(|| {
             std::thread::Builder::new()
@@ -74,6 +85,13 @@ impl Session {
     /// it could belong to another process.
     pub fn command_exited(&self) {
         self.shared.lock().command.exited();
+        self.shared.notify();
+    }
+
+    /// Stops renewing without waiting for the thread: a waiter giving up,
+    /// whose exit must not wait for a renewal in flight.
+    pub fn stop(self) {
+        self.shared.lock().stop = true;
         self.shared.notify();
     }
 
@@ -117,6 +135,13 @@ fn keep_alive(shared: &Shared, client: &Client, lease: i64, ttl: Duration, grace
                 check_key(shared, client, valid_until)
             }
             Ok(None) => Err("etcd says the lease has expired".to_owned()),
+            // While waiting, a refusal that every member would give (the
+            // password changed or the user deleted once the token expired,
+            // access revoked) will not pass: say so now, rather than wait on
+            // until the deadline with a lease that cannot be renewed. A
+            // holder's lease still lives until its TTL, so a holder goes
+            // on until then, as for any failed renewal.
+            Err(e) if e.permanent && !holding(shared) => Err(refused(&e)),
             // Before the lock is held, silence proves nothing: etcd may be
             // down as a whole, and then restores every lease with a fresh
             // TTL when it comes back. A waiter that left now would leave its
@@ -142,10 +167,33 @@ fn holding(shared: &Shared) -> bool {
     shared.lock().held.is_some()
 }
 
+/// While waiting, a refusal that every member would give will not pass:
+/// the password was changed or the user deleted once its token expired,
+/// or its access was revoked. Said now, rather than at the deadline (or
+/// when the lock comes free) after a wait that could not have ended well.
+fn refused(e: &super::client::EtcdError) -> String {
+    format!(
+        "etcd no longer accepts this lockrun's credentials (its authentication token expired and could not be renewed, or its access was revoked): {e}"
+    )
+}
+
 /// Ok(true): fine; Ok(false): could not tell (retry soon); Err: lost.
+///
+/// While waiting, a read of our own key: a lease renewal needs no
+/// authentication in etcd, so only an authenticated call shows that the
+/// token can no longer be renewed. A key gone is left to the wait, which
+/// says so when it next looks.
 fn check_key(shared: &Shared, client: &Client, deadline: Instant) -> Result<bool, String> {
-    let Some((key, revision)) = shared.lock().held.clone() else {
-        return Ok(true);
+    let (held, queued) = {
+        let state = shared.lock();
+        (state.held.clone(), state.queued.clone())
+    };
+    let Some((key, revision)) = held else {
+        return match queued.map(|key| client.get(&key, deadline)) {
+            Some(Err(e)) if e.permanent => Err(refused(&e)),
+            Some(Err(_)) => Ok(false),
+            _ => Ok(true),
+        };
     };
     match client.get(&key, deadline) {
         Ok(Some(kv)) if kv.create_revision == revision => Ok(true),
