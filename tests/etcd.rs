@@ -713,6 +713,33 @@ fn a_key_gone_before_the_release_is_76_not_success() {
     assert!(stderr.contains("was gone from etcd"), "{stderr}");
 }
 
+/// The etcd client's runtime threads and the lease keeper run beside the
+/// command, and a waiter's beside the wait: signals sent to lockrun must
+/// never run its handlers there (issue 18 item 5). Before a1f52e9 they
+/// started with the main thread's open mask.
+#[test]
+fn the_clients_threads_never_take_a_signal() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("threads");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let mut cmd = etcd.std_lockrun();
+    cmd.args(["-v", "-w", "60", &url, "true"])
+        .stderr(std::process::Stdio::piped());
+    let mut waiter = Background::spawn(cmd);
+    wait_for("the waiter to queue", || waiting_count(&url) == Some(1));
+    for (who, pid) in [("holder", holder.pid()), ("waiter", waiter.pid())] {
+        let (open, seen) = threads_taking_signals(pid as u32);
+        assert!(seen >= 2, "{who}: only {seen} threads besides the main one");
+        assert!(
+            open.is_empty(),
+            "{who}: threads that take signals: {open:?}"
+        );
+    }
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert!(waiter.wait_exit(BOUND).success());
+}
+
 #[test]
 fn holder_and_check_read_the_lock_from_etcd() {
     let Some(etcd) = Etcd::start() else { return };
