@@ -199,6 +199,23 @@ pub fn busy(label: &str, holder: &str, waited: Duration) -> String {
     }
 }
 
+/// An error with its causes, each said once: a TLS failure is three or four
+/// layers down in a client library's errors, and the top layer alone
+/// ("transport error") tells a person nothing.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -240,3 +240,13 @@ pub trait Held {
     /// command was stopped), with the reason.
     fn release(self) -> Result<(), String>;
 }
+
+/// What a lock URL's held lock adds to the command's environment: the
+/// fencing token that names this holder, and with `--slots` its slot.
+pub fn url_env(token: i64, slot: Option<u16>) -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut env = vec![("LOCKRUN_FENCING_TOKEN", token.to_string().into())];
+    if let Some(slot) = slot {
+        env.push(("LOCKRUN_SLOT", slot.to_string().into()));
+    }
+    env
+}

@@ -1259,20 +1259,8 @@ fn oldest_n(n: u16) -> ec::GetOptions {
         .with_limit(i64::from(n))
 }
 
-/// An error with its causes, each once: TLS failures are three or four
-/// layers down in tonic's errors.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
+    crate::display::error_chain(e)
 }
 
 fn status_chain(status: &tonic::Status, message: &str) -> String {

@@ -432,14 +432,7 @@ impl EtcdHeld {
 
 impl Held for EtcdHeld {
     fn env(&self) -> Vec<(&'static str, OsString)> {
-        let mut env = vec![(
-            "LOCKRUN_FENCING_TOKEN",
-            OsString::from(self.revision.to_string()),
-        )];
-        if let Some((_, k)) = self.slot {
-            env.push(("LOCKRUN_SLOT", OsString::from(k.to_string())));
-        }
-        env
+        crate::backend::url_env(self.revision, self.slot.map(|(_, k)| k))
     }
 
     fn dies_with_lockrun(&self) -> bool {

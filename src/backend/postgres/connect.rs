@@ -536,17 +536,7 @@ pub fn explain(e: &postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!("{} ({})", db.message(), db.code().code());
     }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(inner) = source {
-        let more = inner.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = inner.source();
-    }
-    text
+    crate::display::error_chain(e)
 }
 
 #[cfg(test)]

@@ -991,14 +991,7 @@ pub struct PgHeld {
 
 impl Held for PgHeld {
     fn env(&self) -> Vec<(&'static str, OsString)> {
-        let mut env = vec![(
-            "LOCKRUN_FENCING_TOKEN",
-            OsString::from(self.token.to_string()),
-        )];
-        if let Some(slot) = self.slot {
-            env.push(("LOCKRUN_SLOT", OsString::from(slot.to_string())));
-        }
-        env
+        crate::backend::url_env(self.token, self.slot)
     }
 
     fn dies_with_lockrun(&self) -> bool {
