@@ -117,8 +117,9 @@ fn held(report: &Report, path: &str) -> String {
     }
 
     let mut text = match report.holders.as_slice() {
-        [] if let Some(service) = &report.service => {
-            format!("{path}: held ({mode}) by {}", service.holder)
+        [] if report.service.is_some() => {
+            let by = report.service.as_ref().map_or("", |s| s.holder);
+            format!("{path}: held ({mode}) by {by}")
         }
         [] => format!(
             "{path}: held ({mode}) by a process lockrun cannot see from here \

@@ -272,4 +272,13 @@ fn output_to_a_full_device_is_an_error_not_a_panic() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(127), "{out:?}");
+    // -v's lines, --slots's among them, to a full stderr: the run goes on.
+    let out = std_lockrun()
+        .args(["-v", "--slots", "2"])
+        .arg(dir.path().join("slots.lock"))
+        .arg("true")
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }

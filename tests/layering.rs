@@ -243,3 +243,25 @@ fn the_run_path_never_reaches_the_inspection_code() {
         );
     }
 }
+
+/// lockrun writes every line through `say!` (src/lib.rs) or a checked
+/// write: std's `println!` and `eprintln!` panic when the write fails (a
+/// full disk, a closed pipe where SIGPIPE is ignored), which aborts a run
+/// that still holds the lock and owes the record its end.
+#[test]
+fn no_print_macro_that_panics_on_a_failed_write() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let code = code_only(&text);
+        for (n, line) in code.lines().enumerate() {
+            if line.contains("println!(") || line.contains("print!(") {
+                found.push(format!("{}:{}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "print macros that panic: {found:?}");
+}

@@ -914,7 +914,7 @@ impl Inner {
                 .await
                 .map_err(|e| Failed::Member(e.message))?;
             if self.verbose.load(Ordering::Relaxed) {
-                eprintln!("lockrun: {}", super::keeper::revoked(kv));
+                crate::say!("lockrun: {}", super::keeper::revoked(kv));
             }
             any = true;
         }

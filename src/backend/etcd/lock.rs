@@ -121,7 +121,7 @@ impl EtcdBackend {
                 .revoke_abandoned(kv)
                 .map_err(|e| self.failure(&e))?;
             if self.verbose {
-                eprintln!("lockrun: {}", keeper::revoked(kv));
+                crate::say!("lockrun: {}", keeper::revoked(kv));
             }
             any = true;
         }
@@ -361,7 +361,7 @@ impl Backend for EtcdBackend {
                 Some((n, k)) => format!("slot {k} of {n} on {}", self.name),
                 None => format!("the lock {}", self.name),
             };
-            eprintln!(
+            crate::say!(
                 "lockrun: took {what} (fencing token {revision}, lease {:x}, TTL {}s)",
                 self.lease,
                 self.ttl.as_secs()
@@ -493,7 +493,7 @@ impl Held for EtcdHeld {
                     self.key
                 ));
             }
-            Err(e) => eprintln!(
+            Err(e) => crate::say!(
                 "lockrun: could not release {} ({e}); etcd releases it when the lease expires within {}s",
                 self.name,
                 self.ttl.as_secs()

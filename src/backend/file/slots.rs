@@ -481,7 +481,7 @@ impl Contender for SlotsBackend {
             return Ok(true);
         };
         if self.verbose {
-            eprintln!(
+            crate::say!(
                 "lockrun: {} was replaced or deleted while lockrun waited; opening {} and its slot files again",
                 display::escape(&moved.path().to_string_lossy()),
                 inner.label
@@ -563,9 +563,10 @@ impl Backend for SlotsBackend {
         let slot = index as u16 + 1;
         let label = display::escape(&lock.path().to_string_lossy());
         if verbose {
-            eprintln!(
+            crate::say!(
                 "lockrun: took slot {slot} of {} on {} ({label})",
-                inner.n, inner.label
+                inner.n,
+                inner.label
             );
         }
         let file = FileBackend::slot(lock, label, self.inherit, verbose);

@@ -317,7 +317,7 @@ fn from_passfile(config: &Config, explicit: Option<PathBuf>, env: Env) -> Option
         return None;
     }
     if meta.permissions().mode() & 0o077 != 0 {
-        eprintln!(
+        crate::say!(
             "lockrun: warning: password file {} has group or world access; ignored (chmod 0600 it)",
             crate::display::escape(&path.to_string_lossy())
         );

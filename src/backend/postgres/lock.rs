@@ -385,7 +385,7 @@ impl PgBackend {
             .map_err(|e| Failure::new(exit_codes::USAGE, format!("{label}: {e}")))?;
         target.keepalive(ttl);
         if target.password_in_url && opts.verbose {
-            eprintln!(
+            crate::say!(
                 "lockrun: warning: the lock URL carries a password, which other users can see in `ps` until lockrun hides it; prefer PGPASSWORD or ~/.pgpass"
             );
         }
@@ -950,7 +950,7 @@ impl Backend for PgBackend {
                 (Some((k, _)), Some(state)) => format!("slot {k} of {} of the lock", state.n),
                 _ => "the lock".to_owned(),
             };
-            eprintln!(
+            crate::say!(
                 "lockrun: took {what} {} (key {key}, fencing token {token}, server pid {pid} on {}, TTL {}s)",
                 display::escape(&self.name),
                 display::escape(&self.target.describe),
