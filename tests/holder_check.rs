@@ -686,3 +686,17 @@ fn non_utf8_arguments_are_recorded_lossily_but_run_exactly() {
     assert_eq!(out.stdout, b"caf\xe9");
     assert_eq!(record_json(&lock)["command"][2], "caf\u{fffd}");
 }
+
+/// flock(1) follows a symbolic link to its lock file, and `holder` reads the
+/// lock through it: the record of the file it points to, too.
+#[test]
+fn holder_through_a_symbolic_link_reads_the_record_it_points_to() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let link = dir.path().join("link.lock");
+    std::os::unix::fs::symlink(&lock, &link).unwrap();
+    let (_holder, words) = Background::lockrun_holding(&[], &lock, "echo ready $$; read x");
+    let json = holder_json(&link);
+    assert_eq!(json["state"], "held", "{json}");
+    assert_eq!(json["record"]["pid"].to_string(), words[0], "{json}");
+}

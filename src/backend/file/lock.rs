@@ -422,14 +422,12 @@ const NFS_SUPER_MAGIC: i64 = 0x6969;
 /// only a regular file (or a directory) is then opened, through that very
 /// descriptor, so a FIFO's blocked writer is never woken nor a device
 /// opened, even one swapped in after an earlier stat. `Ok(None)`: no such
-/// file, or not one lockrun would lock.
+/// file, or not one lockrun would lock. A symbolic link is followed, as
+/// the look-up in the kernel's table follows it: `holder` reports on the
+/// lock a flock(1) user takes through the link.
 #[cfg(target_os = "linux")]
 pub fn open_to_read(path: &Path) -> io::Result<Option<File>> {
-    let probe = match rustix::fs::open(
-        path,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
+    let probe = match rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
         Ok(probe) => probe,
         Err(Errno::NOENT) => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -447,8 +445,7 @@ pub fn open_to_read(path: &Path) -> io::Result<Option<File>> {
 /// Elsewhere: a non-blocking open, and the type checked on what was opened.
 #[cfg(not(target_os = "linux"))]
 pub fn open_to_read(path: &Path) -> io::Result<Option<File>> {
-    let flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let file = match rustix::fs::open(path, flags, Mode::empty()) {
         Ok(fd) => File::from(fd),
         Err(Errno::NOENT) => return Ok(None),
