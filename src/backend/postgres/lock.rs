@@ -434,7 +434,7 @@ impl PgBackend {
         let mut sql = format!(
             "{comment}SELECT k, pg_backend_pid(), {first}, inet_server_port(), \
              set_config('{SESSION_MARK}', {}, false), {CHECK_CLIENT}, \
-             pg_size_bytes(current_setting('track_activity_query_size'))",
+             (SELECT setting::int FROM pg_settings WHERE name = 'track_activity_query_size')",
             literal(&mark)
         );
         for (name, value) in server_keepalive(ttl) {
