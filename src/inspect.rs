@@ -350,11 +350,51 @@ fn conclude_unseen(
     Unseen::Free
 }
 
+/// `check --probe`: where the report cannot tell, try the lock without
+/// waiting and let go at once. With `--slots`, each slot that cannot be
+/// told is its own lock file, and LOCKFILE (the queue) says nothing about
+/// them: probing it would answer "free" while a slot is held.
+pub fn probe_unknown(path: &Path, report: &mut Report) -> io::Result<()> {
+    if report.state != State::Unknown {
+        return Ok(());
+    }
+    let Some(slots) = report.slot_reports.as_mut() else {
+        return probe_one(path, report);
+    };
+    for (k, slot) in (1u16..).zip(slots.iter_mut()) {
+        probe_one(&record::slot_path(path, k), slot)?;
+    }
+    let any = |state| slots.iter().any(|s| s.state == state);
+    report.state = if any(State::Held) {
+        State::Held
+    } else if any(State::Unknown) {
+        State::Unknown
+    } else {
+        State::Free
+    };
+    report.reason = Some("probed each slot that could not be told otherwise".into());
+    Ok(())
+}
+
+fn probe_one(path: &Path, report: &mut Report) -> io::Result<()> {
+    if report.state != State::Unknown {
+        return Ok(());
+    }
+    report.reason = Some(match probe(path)? {
+        Some(state) => {
+            report.state = state;
+            "probed: tried the lock without waiting and released it at once".into()
+        }
+        None => "not probed: --probe opens only a regular file or a directory".into(),
+    });
+    Ok(())
+}
+
 /// Takes and at once releases a lock attempt: the only certain answer where
 /// the kernel's table is incomplete, and the only code here that touches the
 /// lock. Never creates the file, and opens only a regular file (or a
 /// directory): `None` for anything else, whose state stays unknown.
-pub fn probe(path: &Path) -> io::Result<Option<State>> {
+fn probe(path: &Path) -> io::Result<Option<State>> {
     let Some(file) = crate::backend::file::lock::open_to_read(path)? else {
         return Ok(path.symlink_metadata().is_err().then_some(State::Free));
     };

@@ -136,16 +136,9 @@ fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8
     let mut found = inspect_target(target, json || !quiet)?;
     // --probe tries a file lock; an etcd lock's state is never in doubt
     // while etcd answers, and a probe cannot help when it does not.
-    if let (true, State::Unknown, LockTarget::File(path)) = (probe, found.state, target) {
-        let probed = inspect::probe(path)
+    if let (true, LockTarget::File(path)) = (probe, target) {
+        inspect::probe_unknown(path, &mut found)
             .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot probe", path, &e))?;
-        found.reason = Some(match probed {
-            Some(state) => {
-                found.state = state;
-                "probed: tried the lock without waiting and released it at once".into()
-            }
-            None => "not probed: --probe opens only a regular file or a directory".into(),
-        });
     }
     if !quiet {
         print_report(&found, json)?;

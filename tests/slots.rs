@@ -778,3 +778,21 @@ fn the_live_status_line_names_every_slot_holder_and_goes_when_a_slot_is_taken() 
         "the line was not wiped before the command's output: {shown:?}"
     );
 }
+
+/// From a child PID namespace the slots' holders are hidden and `check`
+/// cannot tell; `--probe` must then try each slot, not LOCKFILE (the queue,
+/// free whenever nobody waits at its head), which answered "free" while a
+/// slot was held (found by review).
+#[test]
+fn check_probe_tries_each_slot_not_the_queue() {
+    if !pid_namespaces_work() {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let holders = fill_some(&lock, 2, 1);
+    let out = in_child_pid_namespace(&["check", "--probe", lock.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    drop(holders);
+}
