@@ -758,7 +758,9 @@ fn the_password_is_in_no_title_record_or_holder_output() {
 #[test]
 fn the_sessions_threads_never_take_a_signal() {
     let Some(pg) = shared() else { return };
-    let url = pg.url("threads");
+    // By name: the client library resolves it on a thread of its own.
+    let url = pg.url("threads").replace("@127.0.0.1:", "@localhost:");
+    assert!(url.contains("@localhost:"), "{url}");
     let (mut holder, _) = holding(&[], &url, "echo ready $$; read x");
     let (open, seen) = threads_taking_signals(holder.pid() as u32);
     assert!(seen >= 2, "only {seen} threads besides the main one");
@@ -2232,4 +2234,20 @@ fn a_slot_holder_losing_its_session_gets_76_and_max_time_frees_its_slot() {
     let slots: Vec<&str> = holders.iter().map(|h| h.1.as_str()).collect();
     assert_eq!(slots, ["1", "2"]);
     release_all(holders);
+}
+
+/// `sslmode=allow` tries TLS only after the server refused the plain
+/// connection; when TLS then fails without the server's word (a server
+/// without TLS), the plain refusal is the reason given, not "server does
+/// not support TLS" (found by review).
+#[test]
+fn sslmode_allow_reports_the_servers_own_refusal() {
+    let Some(pg) = shared() else { return };
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/nosuchdb?sslmode=allow#x",
+        pg.port
+    );
+    let out = lockrun().args([&url, "true"]).assert().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("does not exist"), "{stderr}");
 }

@@ -238,21 +238,32 @@ impl Target {
         match self.connect_with(&self.config) {
             // libpq's `allow`: TLS only once the server has refused the
             // plain connection (pg_hba.conf's hostssl, say); not when it
-            // cannot be reached, which TLS would not change.
-            Err(e) if self.allow && e.as_db_error().is_some() => {
+            // cannot be reached, which TLS would not change. When TLS fails
+            // too without the server saying why, the plain attempt's answer
+            // is the one that explains (a wrong database, a wrong role).
+            Err(plain) if self.allow && plain.as_db_error().is_some() => {
                 let mut config = self.config.clone();
                 config.ssl_mode(SslMode::Require);
-                self.connect_with(&config)
+                match self.connect_with(&config) {
+                    Err(tls) if tls.as_db_error().is_none() => Err(plain),
+                    other => other,
+                }
             }
             other => other,
         }
     }
 
+    /// The client library resolves a host name on a thread of its own,
+    /// started from this one: started with signals blocked, it keeps them
+    /// blocked, so lockrun's handlers run only on the main thread. A signal
+    /// that arrives meanwhile is taken once the connection is made (or
+    /// fails), which a run form would do anyway: its wait starts by
+    /// looking at what came.
     fn connect_with(&self, config: &Config) -> Result<Client, postgres::Error> {
-        match &self.tls {
+        crate::platform::with_signals_blocked(|| match &self.tls {
             Tls::None => config.connect(NoTls),
             Tls::Rustls(tls) => config.connect(tls.clone()),
-        }
+        })
     }
 
     /// Asks the server to cancel what `token`'s session is running.
