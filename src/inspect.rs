@@ -72,7 +72,20 @@ pub struct Service {
     pub details: Vec<String>,
     /// What a free lock says when the service keeps no past holder.
     pub no_past_holders: Option<&'static str>,
-    pub json: serde_json::Value,
+    /// The backend's object as its own type wrote it: fields in the order
+    /// it declares them, as before the generic report.
+    pub json: Box<serde_json::value::RawValue>,
+}
+
+impl Service {
+    /// A backend's object for `json`, escaped as every report is
+    /// (`sanitize::json`: no raw DEL or C1 from a remote service either).
+    pub fn json_of<T: Serialize>(value: &T) -> Box<serde_json::value::RawValue> {
+        crate::sanitize::json(value)
+            .ok()
+            .and_then(|text| serde_json::value::RawValue::from_string(text).ok())
+            .unwrap_or_else(|| serde_json::value::RawValue::NULL.to_owned())
+    }
 }
 
 /// `{"NAME": {...}}`, flattened into the report.

@@ -211,3 +211,26 @@ proptest! {
         prop_assert!(back.get("slots").is_none() && back.get("slot_reports").is_none());
     }
 }
+
+/// A lock URL's object keeps its fields in the order its type declares,
+/// as before reports became generic (a Value would sort them).
+#[test]
+fn a_services_json_keeps_its_field_order() {
+    let mut report = Report::free("postgres:///#x".into());
+    report.service = Some(
+        lockrun::inspect::postgres::PgLock {
+            key: 1,
+            backend_pid: Some(2),
+            application_name: Some("app".into()),
+            user: None,
+            client_addr: None,
+            backend_start: None,
+        }
+        .into(),
+    );
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(
+        json.contains(r#""postgres":{"key":1,"backend_pid":2,"application_name":"app","#),
+        "{json}"
+    );
+}

@@ -40,7 +40,7 @@ impl From<EtcdLock> for Service {
                 lock.fencing_token
             )],
             no_past_holders: None,
-            json: serde_json::to_value(&lock).unwrap_or_default(),
+            json: Service::json_of(&lock),
         }
     }
 }

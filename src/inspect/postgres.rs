@@ -59,7 +59,7 @@ impl From<PgLock> for Service {
             details,
             // The record lived in the holder's session, which has ended.
             no_past_holders: Some("PostgreSQL keeps no record of past holders"),
-            json: serde_json::to_value(&lock).unwrap_or_default(),
+            json: Service::json_of(&lock),
         }
     }
 }
