@@ -924,9 +924,16 @@ fn run_invocation(
             "--slots cannot be used with -s or -F: each slot is an exclusive lock that lockrun passes to the command",
         ));
     }
+    // A lock file asks its backend, as a lock URL does: no lease to keep.
+    use crate::backend::Backend as _;
+    if etcd_args.ttl.is_some() && !crate::backend::file::FileBackend::CAPS.lease {
+        return Err(usage(
+            "--ttl applies only to lock URLs (etcd://, postgres://): a lock file's lock lasts as long as its holder, with no lease to renew",
+        ));
+    }
     if etcd_args != EtcdArgs::default() {
         return Err(usage(
-            "--ttl, --cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
+            "--cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
         ));
     }
     if args.kill_grace.is_some() && args.max_time.is_none() {
