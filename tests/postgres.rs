@@ -1624,6 +1624,30 @@ fn the_server_probes_the_holders_connection_within_the_ttl() {
         timer.ends_with("sec") || timer.ends_with("ms"),
         "keepalive timer {timer}: {text}"
     );
+    // And lockrun's own end of it: keepalives on, on the TTL's scale too,
+    // so a server that vanishes is noticed from this side as well.
+    let mut ours = String::new();
+    wait_for("ss to show lockrun's keepalive timer", || {
+        let out = Command::new("ss")
+            .args(["-tnoH", "state", "established"])
+            .arg(format!(
+                "( sport = :{client_port} and dport = :{} )",
+                pg.port
+            ))
+            .output()
+            .expect("run ss");
+        ours = String::from_utf8_lossy(&out.stdout).into_owned();
+        ours.contains("timer:(keepalive,")
+    });
+    let timer = ours
+        .split("timer:(keepalive,")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .unwrap_or("");
+    assert!(
+        timer.ends_with("sec") || timer.ends_with("ms"),
+        "lockrun's keepalive timer {timer}: {ours}"
+    );
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
 }
