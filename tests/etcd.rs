@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
+
 use common::meter::{meter_run, read_meter};
 use common::*;
 use std::io::Read;
@@ -155,10 +157,16 @@ fn spawn_etcd(args: &[String], log: &Path) -> Child {
         .append(true)
         .open(log)
         .expect("etcd log");
+    // A process group of its own: tests SIGSTOP a member, and a stopped
+    // process in the harness's own group makes the kernel send SIGHUP to
+    // that whole group (cargo included) as soon as anything in it exits,
+    // when the group is orphaned, as under `setsid` or a CI runner's
+    // session: every test then dies of a hang-up.
     Command::new("etcd")
         .args(args)
         .stdout(Stdio::null())
         .stderr(log)
+        .process_group(0)
         .spawn()
         .expect("start etcd")
 }

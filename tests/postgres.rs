@@ -8,6 +8,8 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
+
 use common::meter::{meter_run, read_meter};
 use common::*;
 use std::io::{BufRead, BufReader, Read};
@@ -171,7 +173,11 @@ impl Server {
                 .arg(&sockets)
                 .arg(&dir)
                 .stdin(Stdio::piped())
-                .stdout(Stdio::null());
+                .stdout(Stdio::null())
+                // Its own process group, as etcd's in tests/etcd.rs: a
+                // backend the tests SIGSTOP must not leave a stopped
+                // process in the harness's group (SIGHUP to all of it).
+                .process_group(0);
             let mut child = cmd.spawn().expect("start postgres");
             let stdin = child.stdin.take().expect("stdin");
             let server = Server {
