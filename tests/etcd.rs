@@ -736,6 +736,9 @@ fn the_clients_threads_never_take_a_signal() {
     let mut waiter = Background::spawn(cmd);
     wait_for("the waiter to queue", || waiting_count(&url) == Some(1));
     for (who, pid) in [("holder", holder.pid()), ("waiter", waiter.pid())] {
+        wait_for("the client's threads", || {
+            threads_taking_signals(pid as u32).1 >= 2
+        });
         let (open, seen) = threads_taking_signals(pid as u32);
         assert!(seen >= 2, "{who}: only {seen} threads besides the main one");
         assert!(

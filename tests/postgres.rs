@@ -770,7 +770,12 @@ fn the_sessions_threads_never_take_a_signal() {
     let url = pg.url("threads").replace("@127.0.0.1:", "@localhost:");
     assert!(url.contains("@localhost:"), "{url}");
     let (mut holder, _) = holding(&[], &url, "echo ready $$; read x");
-    let (open, seen) = threads_taking_signals(holder.pid() as u32);
+    // They start just after the command does: wait for both.
+    let pid = holder.pid() as u32;
+    wait_for("the session's ping and watch threads", || {
+        threads_taking_signals(pid).1 >= 2
+    });
+    let (open, seen) = threads_taking_signals(pid);
     assert!(seen >= 2, "only {seen} threads besides the main one");
     assert!(open.is_empty(), "threads that take signals: {open:?}");
     holder.release();
