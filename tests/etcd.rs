@@ -135,7 +135,11 @@ struct Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
-        kill(self.child.id() as i32, "CONT");
+        // A member that already exited cannot be continued: no assertion
+        // here (a panic in a destructor during a failed test aborts every
+        // test of the file).
+        // SAFETY: kill(2) on our own unreaped child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -220,7 +224,16 @@ impl Etcd {
             .map(|f| f.to_string_lossy().into_owned())
             .expect("temp dir name");
         let scheme = if setup.tls.is_some() { "https" } else { "http" };
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        // Distinct, or etcd refuses the cluster ("has duplicate url"): a
+        // port found free and closed can come back from the next probe.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut distinct = || loop {
+            let port = free_port();
+            if seen.insert(port) {
+                return port;
+            }
+        };
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (distinct(), distinct())).collect();
         let cluster = ports
             .iter()
             .enumerate()
