@@ -260,6 +260,21 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         if !found.is_empty() {
             return Ok(held_via(report, found));
         }
+        // Neither saw it. Under heavy load (thousands of processes coming
+        // and going beside the lock churn) a POSIX lock was once reported
+        // free this way, unreproduced since; the table is asked again, and
+        // any holder it shows is believed: a re-read can only turn a wrong
+        // "free" into "held", never the other way.
+        for _ in 0..3 {
+            if let Ok(again) = platform::kernel_locks(id)
+                && again.locks.iter().any(|l| !l.waiting)
+            {
+                report.state = State::Held;
+                let seen: Vec<&KernelLock> = again.locks.iter().filter(|l| !l.waiting).collect();
+                report.holders = holders(Vec::new(), &seen);
+                return Ok(report);
+            }
+        }
         // The table may have skipped the lock, the record says a live
         // holder has it, and its descriptors are hidden from us: "free"
         // would be a guess, and the one guess this tool must not make.
