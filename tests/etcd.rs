@@ -637,6 +637,13 @@ fn a_holder_killed_with_sigkill_loses_the_lock_when_its_lease_expires() {
         "echo ready $$; exec sleep 60",
     );
     let command = words[0].parse::<i32>().expect("pid");
+    // Killed once its record names the command, as a holder's key then
+    // keeps its lease to the TTL; killed before, the key looks like a
+    // waiter's left behind, and the next lockrun here may revoke it at
+    // once (src/backend/etcd/keeper.rs): seen beside CPU hogs.
+    wait_for("the record to name the command", || {
+        holder_json(&url)["record"]["pid"] == command
+    });
     kill(holder.pid(), "KILL");
     holder.wait_exit(BOUND);
     // The command does not outlive lockrun: nobody renews the lease.
