@@ -510,6 +510,12 @@ fn nonblocking_conflict_names_the_holder() {
     let url = pg.url("busy");
     let (mut holder, words) = holding(&[], &url, "echo ready $$; read x");
     let pid = &words[0];
+    let number: i64 = pid.parse().expect("pid");
+    // The record naming the command reaches the server just after the
+    // command starts (seen in CI: "held by an unknown process").
+    wait_for("the record to name the command", || {
+        holder_json(&url)["record"]["pid"] == number
+    });
     let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(

@@ -179,7 +179,9 @@ fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
         // still holding: only the signal can have ended the wait. (No
         // timing: a loaded machine may take its time to run the handler.)
         let status = waiter.wait_exit(BOUND);
-        assert_eq!(kernel_holders(&lock), 1, "the holder let go meanwhile");
+        // At least one: a /proc/locks read in pieces can show an entry
+        // twice when other tests' locks come and go.
+        assert!(kernel_holders(&lock) >= 1, "the holder let go meanwhile");
         assert_eq!(
             status.code(),
             Some(code),
