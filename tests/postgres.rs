@@ -1617,16 +1617,25 @@ fn the_server_probes_the_holders_connection_within_the_ttl() {
         "SELECT client_port FROM pg_stat_activity WHERE pid = {backend}"
     ));
     // The server's end of the holder's connection: its keepalive timer is
-    // the TTL (6s), not the system's default of two hours. (While a check
-    // is in flight ss shows the retransmission timer instead: look again.)
+    // the TTL (6s), not the system's default of two hours.
+    assert_keepalive("the server's", pg.port, client_port.parse().expect("port"));
+    // And lockrun's own end of it: keepalives on, on the TTL's scale too,
+    // so a server that vanishes is noticed from this side as well.
+    assert_keepalive("lockrun's", client_port.parse().expect("port"), pg.port);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+/// The TCP connection from local port `from` to `to` has its keepalive
+/// timer running, in seconds or milliseconds (not the two hours of the
+/// system's default). While a check is in flight ss shows the
+/// retransmission timer instead: look again.
+fn assert_keepalive(whose: &str, from: u16, to: u16) {
     let mut text = String::new();
-    wait_for("ss to show the keepalive timer", || {
+    wait_for(&format!("ss to show {whose} keepalive timer"), || {
         let out = Command::new("ss")
             .args(["-tnoH", "state", "established"])
-            .arg(format!(
-                "( sport = :{} and dport = :{client_port} )",
-                pg.port
-            ))
+            .arg(format!("( sport = :{from} and dport = :{to} )"))
             .output()
             .expect("run ss");
         text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -1639,34 +1648,8 @@ fn the_server_probes_the_holders_connection_within_the_ttl() {
         .unwrap_or("");
     assert!(
         timer.ends_with("sec") || timer.ends_with("ms"),
-        "keepalive timer {timer}: {text}"
+        "{whose} keepalive timer {timer}: {text}"
     );
-    // And lockrun's own end of it: keepalives on, on the TTL's scale too,
-    // so a server that vanishes is noticed from this side as well.
-    let mut ours = String::new();
-    wait_for("ss to show lockrun's keepalive timer", || {
-        let out = Command::new("ss")
-            .args(["-tnoH", "state", "established"])
-            .arg(format!(
-                "( sport = :{client_port} and dport = :{} )",
-                pg.port
-            ))
-            .output()
-            .expect("run ss");
-        ours = String::from_utf8_lossy(&out.stdout).into_owned();
-        ours.contains("timer:(keepalive,")
-    });
-    let timer = ours
-        .split("timer:(keepalive,")
-        .nth(1)
-        .and_then(|t| t.split(',').next())
-        .unwrap_or("");
-    assert!(
-        timer.ends_with("sec") || timer.ends_with("ms"),
-        "lockrun's keepalive timer {timer}: {ours}"
-    );
-    holder.release();
-    assert!(holder.wait_exit(BOUND).success());
 }
 
 #[test]
