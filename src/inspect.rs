@@ -58,6 +58,25 @@ pub struct Report {
     pub service: Option<Service>,
 }
 
+impl Holder {
+    /// The holder a lock URL's record names: its command's pid, when the
+    /// record has one yet (a key or session that got the lock before its
+    /// command started names none, and never pid 0).
+    pub fn named_by(record: &Record) -> Option<Holder> {
+        let pid = record
+            .pid
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|&p| p > 0)?;
+        Some(Holder {
+            pid,
+            mode: "exclusive",
+            command: record.command.clone(),
+            locked_by: None,
+            span: None,
+        })
+    }
+}
+
 /// What a lock URL's backend adds to a report, in terms every backend
 /// fills the same way: so `holder`'s output, its JSON and its exit status
 /// never ask which backend it was (each builds its own: `inspect::etcd`,

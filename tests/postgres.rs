@@ -1069,30 +1069,10 @@ fn holder_of_an_unreachable_server_is_69() {
 fn a_lock_taken_from_psql_with_the_documented_key_excludes_lockrun() {
     let Some(pg) = shared() else { return };
     let url = pg.url("from-sql");
-    let mut psql = Command::new(bin_dir().expect("bin").join("psql"))
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-        ])
-        .args(["-p", &pg.port.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("psql");
-    let mut input = psql.stdin.take().expect("stdin");
-    std::io::Write::write_all(
-        &mut input,
-        b"SELECT pg_advisory_lock(hashtextextended('from-sql', 0)); SELECT 'ready';\n",
-    )
-    .expect("write to psql");
-    let mut lines = BufReader::new(psql.stdout.take().expect("stdout")).lines();
-    while lines.next().and_then(Result::ok).as_deref() != Some("ready") {}
+    let (mut psql, input) = psql_holding(
+        pg,
+        "SELECT pg_advisory_lock(hashtextextended('from-sql', 0)); SELECT 'ready';",
+    );
     let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("PostgreSQL session"), "{stderr}");

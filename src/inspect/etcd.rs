@@ -140,19 +140,7 @@ mod reading {
             report.record_holder_alive = Some(lease_keeper_alive(record));
             // A key that got the lock while its lockrun was still queued
             // (or gone) has no command yet: no pid to name, never 0.
-            if let Some(pid) = record
-                .pid
-                .and_then(|p| i32::try_from(p).ok())
-                .filter(|&p| p > 0)
-            {
-                report.holders = vec![Holder {
-                    pid,
-                    mode: "exclusive",
-                    command: record.command.clone(),
-                    locked_by: None,
-                    span: None,
-                }];
-            }
+            report.holders = Holder::named_by(record).into_iter().collect();
         }
         report.service = Some(
             EtcdLock {

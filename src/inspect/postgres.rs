@@ -177,15 +177,7 @@ mod reading {
             if let Some(record) = &report.record {
                 // Before the command starts the record names no pid yet:
                 // no holder process to list, the record says the rest.
-                if let Some(pid) = record.pid.and_then(|p| i32::try_from(p).ok()) {
-                    report.holders = vec![Holder {
-                        pid,
-                        mode: "exclusive",
-                        command: record.command.clone(),
-                        locked_by: None,
-                        span: None,
-                    }];
-                }
+                report.holders = Holder::named_by(record).into_iter().collect();
             } else if holder.query.as_deref() == Some("<insufficient privilege>") {
                 report.reason = Some(
                 "the holding session's record is hidden: reading it needs the same role or pg_read_all_stats".into(),
