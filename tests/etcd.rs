@@ -2014,39 +2014,6 @@ fn the_etcd_exclusion_meter_catches_a_lock_that_does_not_exclude() {
     assert!(overlap.contains("more than 1"), "{overlap}");
 }
 
-/// utime + stime of `pid`, in clock ticks (fields 14 and 15 of its stat).
-fn cpu_ticks(pid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|f| f.parse().expect("a tick count"))
-        .collect();
-    fields.iter().sum()
-}
-
-/// Context switches of every thread of `pid`: how often it woke.
-fn wakeups(pid: i32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .map(|task| std::fs::read_to_string(task.path().join("status")).unwrap_or_default())
-        .flat_map(|status| {
-            status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum()
-}
-
 /// Fills `n` of `n` slots of `url`; returns the holders with what each
 /// printed after `ready`: its pid, slot and fencing token.
 fn fill_etcd_slots(url: &str, n: usize) -> Vec<(Background, Vec<String>)> {

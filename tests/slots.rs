@@ -176,41 +176,6 @@ fn sigkill_of_a_holder_frees_its_slot_at_once() {
     drop(victim);
 }
 
-fn cpu_ticks(pid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    // utime and stime: fields 14 and 15, the 12th and 13th after the name.
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-/// Context switches of every thread of `pid`: how often it woke.
-fn wakeups(pid: i32) -> u64 {
-    let mut total = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let status =
-            std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
-        for line in status.lines() {
-            // Voluntary switches only: a thread that goes to sleep. A
-            // nonvoluntary one is a preemption while running, which CPU
-            // hogs beside the test multiply without the waiter doing more.
-            if line.starts_with("voluntary_ctxt_switches:") {
-                total += line
-                    .split_whitespace()
-                    .nth(1)
-                    .unwrap()
-                    .parse::<u64>()
-                    .unwrap();
-            }
-        }
-    }
-    total
-}
-
 #[test]
 fn waiters_use_no_cpu_while_they_wait() {
     let dir = temp_dir();

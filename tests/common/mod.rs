@@ -658,3 +658,38 @@ pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
         (owned, u16::from_be(addr.sin_port))
     }
 }
+
+/// utime + stime of `pid`, in clock ticks (fields 14 and 15 of its stat);
+/// 0 once it is gone.
+pub fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse::<u64>().expect("a tick count"))
+        .sum()
+}
+
+/// How often the threads of `pid` went to sleep and woke: voluntary
+/// context switches only. A nonvoluntary one is a preemption while
+/// running, which CPU hogs beside the test multiply without the waiter
+/// doing more.
+pub fn wakeups(pid: i32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .map(|task| std::fs::read_to_string(task.path().join("status")).unwrap_or_default())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
