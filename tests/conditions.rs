@@ -342,11 +342,15 @@ fn churn_in_the_lock_table_never_makes_a_held_lock_free() {
     let bare = dir.path().join("bare.lock");
     let (_bare_holder, _) =
         Background::lockrun_holding(&["--no-record"], &bare, "echo ready; exec sleep 600");
+    // And a POSIX lock (lockf): no record, and fdinfo shows it only on the
+    // very descriptor that took it.
+    let posix = dir.path().join("posix.lock");
+    let (_posix_holder, _) = py_locker("posix", &posix, 0, 5);
     let _after = spawn("600", "still");
     let _churners: Vec<_> = (0..2).map(|_| spawn("0", "churn")).collect();
 
     let checks = 200;
-    for path in [&lock, &bare] {
+    for path in [&lock, &bare, &posix] {
         let mut wrong = 0;
         for _ in 0..checks {
             let report = lockrun::inspect::inspect(path, false).unwrap();
