@@ -229,13 +229,13 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     report.waiting = table.locks.iter().filter(|l| l.waiting).count();
     let held: Vec<&KernelLock> = table.locks.iter().filter(|l| !l.waiting).collect();
 
+    // The table names a file by super block and inode number, and btrfs
+    // numbers inodes per subvolume: `00:28:257` can be a file in another
+    // subvolume. Where stat's id differs, a table entry is no proof: the
+    // descriptors say whether this very file is locked, and only a
+    // complete look at every process (root) can say it is not.
+    let ambiguous = id != platform::stat_lock_id(dev, ino);
     if !held.is_empty() {
-        // The table names a file by super block and inode number, and
-        // btrfs numbers inodes per subvolume: `00:28:257` can be a file in
-        // another subvolume. Where stat's id differs, the descriptors say
-        // whether this very file is locked; only a complete look at every
-        // process (root) can say it is not.
-        let ambiguous = id != platform::stat_lock_id(dev, ino);
         if !ambiguous {
             report.state = State::Held;
             if want_holders {
@@ -282,9 +282,11 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         // Neither saw it. Under heavy load (thousands of processes coming
         // and going beside the lock churn) a POSIX lock was once reported
         // free this way, unreproduced since; the table is asked again, and
-        // any holder it shows is believed: a re-read can only turn a wrong
-        // "free" into "held", never the other way.
-        for _ in 0..3 {
+        // a holder it shows is believed where its id names this file alone.
+        // On a btrfs subvolume it may be another file's: there the
+        // descriptors, just looked at, have the last word.
+        let rereads = if ambiguous { 0 } else { 3 };
+        for _ in 0..rereads {
             if let Ok(again) = platform::kernel_locks(id)
                 && again.locks.iter().any(|l| !l.waiting)
             {
