@@ -19,7 +19,9 @@
 //!   the run path never reaches them.
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
 //!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
-//!   and `platform`, the one place for operating-system specifics.
+//!   and `platform`, the one place for operating-system specifics (with
+//!   `platform::Helpers`, the blocking calls on helper threads that the
+//!   waiter and `--slots` both wait on and get back).
 
 /// One line on stderr, as `eprintln!` writes it, but a failed write (a full
 /// disk behind `2>/dev/full`, a closed pipe where SIGPIPE is ignored) is
