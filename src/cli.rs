@@ -1,6 +1,7 @@
 //! The command line, defined with clap and turned into the plain option
 //! structs the rest of lockrun takes. Nothing past this module knows clap.
 
+use crate::backend::RunSettings;
 use crate::backend::etcd::{self, EtcdUrl};
 use crate::backend::file::lock::{self, LockKind, LockSpec};
 use crate::exit_codes::{self, Failure};
@@ -946,24 +947,37 @@ fn run_invocation(
             "--max-time cannot be used with -F: nobody would be left to stop the command",
         ));
     }
+    // No record where there is no lock, nor in a lent descriptor's file
+    // (fd mode's rule).
+    let write_record = !args.no_record && kind != LockKind::Nothing && args.fd.is_none();
     Ok(Invocation::Run(RunOptions {
         path,
         mode,
         lock: LockSpec { kind, fd: args.fd },
         wait,
-        conflict_status,
         close_before_exec: args.close,
         exec_in_place: args.no_fork,
+        slots: args.slots,
+        settings: run_settings(&args, command, (quiet, conflict_status), write_record),
+    }))
+}
+
+/// What the run flow takes from the command line, for every run form.
+fn run_settings(
+    args: &RunArgs,
+    command: Vec<OsString>,
+    (quiet, conflict_status): (bool, u8),
+    write_record: bool,
+) -> RunSettings {
+    RunSettings {
         command,
+        conflict_status,
         quiet,
         verbose: args.verbose,
-        // No record where there is no lock, nor in a lent descriptor's
-        // file (fd mode's rule).
-        write_record: !args.no_record && kind != LockKind::Nothing && args.fd.is_none(),
+        write_record,
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
-        slots: args.slots,
-    }))
+    }
 }
 
 /// SIGKILL this long after SIGTERM, after --max-time or a lost lock.
@@ -980,7 +994,7 @@ fn url_run_options<U>(
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
-    (quiet, conflict_status): (bool, u8),
+    messages: (bool, u8),
 ) -> Result<crate::backend::UrlRunOptions<U>, Failure> {
     caps.refuse(&crate::backend::Asked {
         shared: mode == LockMode::Shared,
@@ -994,15 +1008,9 @@ fn url_run_options<U>(
         url,
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
-        conflict_status,
-        command,
-        quiet,
-        verbose: args.verbose,
-        write_record: !args.no_record,
         ttl: ttl.unwrap_or(crate::backend::DEFAULT_TTL),
-        kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
-        max_time: args.max_time,
         slots: args.slots,
+        settings: run_settings(args, command, messages, !args.no_record),
     })
 }
 
@@ -1134,7 +1142,7 @@ mod tests {
             Err(e) => panic!("{args:?}: {e}"),
         };
         let opts = run(&["-E", "1", "--conflict-exit-code", "123", "-c", "true", "L"]);
-        assert_eq!(opts.conflict_status, 123);
+        assert_eq!(opts.settings.conflict_status, 123);
         assert_eq!(run(&["-s", "-x", "L", "true"]).mode, LockMode::Exclusive);
         assert_eq!(run(&["-x", "-s", "L", "true"]).mode, LockMode::Shared);
         assert_eq!(run(&["-x", "--sh", "L", "true"]).mode, LockMode::Shared);
@@ -1144,13 +1152,18 @@ mod tests {
         assert_eq!(opts.wait.timeout, Some(Duration::from_secs(2)));
         assert_eq!(opts.wait.poll, Some(Duration::from_secs(3)));
         let opts = run(&["-q", "-v", "-n", "-n", "-o", "-o", "L", "true"]);
-        assert!(opts.verbose && !opts.quiet && opts.wait.nonblocking && opts.close_before_exec);
-        assert!(run(&["-v", "-q", "L", "true"]).quiet);
+        assert!(
+            opts.settings.verbose
+                && !opts.settings.quiet
+                && opts.wait.nonblocking
+                && opts.close_before_exec
+        );
+        assert!(run(&["-v", "-q", "L", "true"]).settings.quiet);
         // -u then -x: the lock is taken after all.
         assert_eq!(run(&["-u", "-x", "L", "true"]).lock.kind, LockKind::Flock);
         let opts = run(&["-x", "-u", "L", "true"]);
         assert_eq!(opts.lock.kind, LockKind::Nothing);
-        assert!(!opts.write_record);
+        assert!(!opts.settings.write_record);
     }
 
     #[test]
@@ -1175,17 +1188,17 @@ mod tests {
         );
         let opts = run(&["--fd", "0", "true", "x"]);
         assert_eq!(opts.lock.fd, Some(0));
-        assert_eq!(opts.command, ["true", "x"]);
-        assert!(!opts.write_record);
+        assert_eq!(opts.settings.command, ["true", "x"]);
+        assert!(!opts.settings.write_record);
         let opts = run(&["--fd", "0", "grep", "-n", "-c", "x", "--", "y"]);
-        assert_eq!(opts.command, ["grep", "-n", "-c", "x", "--", "y"]);
+        assert_eq!(opts.settings.command, ["grep", "-n", "-c", "x", "--", "y"]);
         assert!(!opts.wait.nonblocking);
         let opts = run(&["-w1", "--fd=0", "-nE", "3", "sh", "-c", "x"]);
-        assert_eq!(opts.command, ["sh", "-c", "x"]);
-        assert_eq!(opts.conflict_status, 3);
+        assert_eq!(opts.settings.command, ["sh", "-c", "x"]);
+        assert_eq!(opts.settings.conflict_status, 3);
         let opts = run(&["--fd", "0", "-c", "echo hi"]);
         assert_eq!(
-            opts.command.last().map(|c| c.as_os_str()),
+            opts.settings.command.last().map(|c| c.as_os_str()),
             Some("echo hi".as_ref())
         );
         for bad in [
@@ -1239,8 +1252,8 @@ mod tests {
         match parse(args) {
             Ok(Invocation::Run(opts)) => {
                 assert_eq!(opts.path, std::path::Path::new("holder"));
-                assert_eq!(opts.conflict_status, persona::FLOCK_CONFLICT);
-                assert!(opts.quiet);
+                assert_eq!(opts.settings.conflict_status, persona::FLOCK_CONFLICT);
+                assert!(opts.settings.quiet);
             }
             _ => panic!("`flock holder true` is not the run form"),
         }
