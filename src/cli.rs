@@ -1,6 +1,7 @@
 //! The command line, defined with clap and turned into the plain option
 //! structs the rest of lockrun takes. Nothing past this module knows clap.
 
+pub use crate::backend::LockTarget;
 use crate::backend::RunSettings;
 use crate::backend::etcd::{self, EtcdUrl};
 use crate::backend::file::lock::{self, LockKind, LockSpec};
@@ -322,62 +323,6 @@ pub enum Invocation {
     Generate(GenerateKind),
     /// --help or --version: already printed.
     Done,
-}
-
-/// What a LOCKFILE argument names: the one place that decides which
-/// backend a lock goes to. Nothing but a leading `etcd://` makes a URL, so
-/// every path a user could mean as a file stays a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockTarget {
-    File(PathBuf),
-    Etcd(EtcdUrl),
-    Postgres(crate::backend::postgres::PgUrl),
-}
-
-impl LockTarget {
-    /// A lock URL: its service, not this machine's kernel, holds the lock,
-    /// so a look-up that cannot tell means the service could not be asked.
-    pub fn is_url(&self) -> bool {
-        !matches!(self, LockTarget::File(_))
-    }
-
-    pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
-        if crate::backend::postgres::is_url(&arg) {
-            return parse_postgres(&arg);
-        }
-        if !etcd::is_url(&arg) {
-            return Ok(LockTarget::File(PathBuf::from(arg)));
-        }
-        if !etcd::ENABLED {
-            return Err(etcd::not_built());
-        }
-        let text = arg.to_str().ok_or_else(|| {
-            Failure::new(
-                exit_codes::USAGE,
-                format!("the lock URL {} is not valid UTF-8", arg.to_string_lossy()),
-            )
-        })?;
-        EtcdUrl::from_arg(text)
-            .map(LockTarget::Etcd)
-            .map_err(|e| Failure::new(exit_codes::USAGE, e))
-    }
-}
-
-/// `postgres://…#NAME` or `postgresql://…#NAME` (CONTRACT §12).
-fn parse_postgres(arg: &std::ffi::OsStr) -> Result<LockTarget, Failure> {
-    use crate::backend::postgres::{self, PgUrl};
-    if !postgres::ENABLED {
-        return Err(postgres::not_built());
-    }
-    let text = arg.to_str().ok_or_else(|| {
-        Failure::new(
-            exit_codes::USAGE,
-            "the postgres:// lock URL is not valid UTF-8",
-        )
-    })?;
-    PgUrl::parse(text)
-        .map(LockTarget::Postgres)
-        .map_err(|e| Failure::new(exit_codes::USAGE, e))
 }
 
 /// The command line of this build, for help, man pages and completions.

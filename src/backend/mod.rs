@@ -13,6 +13,9 @@ pub mod file;
 #[cfg(any(feature = "etcd", feature = "postgres"))]
 pub mod lost;
 pub mod postgres;
+mod target;
+
+pub use target::LockTarget;
 
 use crate::exit_codes::Failure;
 use crate::record::Record;
