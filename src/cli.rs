@@ -1,6 +1,8 @@
 //! The command line, defined with clap and turned into the plain option
 //! structs the rest of lockrun takes. Nothing past this module knows clap.
 
+pub use crate::backend::LockTarget;
+use crate::backend::RunSettings;
 use crate::backend::etcd::{self, EtcdUrl};
 use crate::backend::file::lock::{self, LockKind, LockSpec};
 use crate::exit_codes::{self, Failure};
@@ -321,62 +323,6 @@ pub enum Invocation {
     Generate(GenerateKind),
     /// --help or --version: already printed.
     Done,
-}
-
-/// What a LOCKFILE argument names: the one place that decides which
-/// backend a lock goes to. Nothing but a leading `etcd://` makes a URL, so
-/// every path a user could mean as a file stays a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockTarget {
-    File(PathBuf),
-    Etcd(EtcdUrl),
-    Postgres(crate::backend::postgres::PgUrl),
-}
-
-impl LockTarget {
-    /// A lock URL: its service, not this machine's kernel, holds the lock,
-    /// so a look-up that cannot tell means the service could not be asked.
-    pub fn is_url(&self) -> bool {
-        !matches!(self, LockTarget::File(_))
-    }
-
-    pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
-        if crate::backend::postgres::is_url(&arg) {
-            return parse_postgres(&arg);
-        }
-        if !etcd::is_url(&arg) {
-            return Ok(LockTarget::File(PathBuf::from(arg)));
-        }
-        if !etcd::ENABLED {
-            return Err(etcd::not_built());
-        }
-        let text = arg.to_str().ok_or_else(|| {
-            Failure::new(
-                exit_codes::USAGE,
-                format!("the lock URL {} is not valid UTF-8", arg.to_string_lossy()),
-            )
-        })?;
-        EtcdUrl::from_arg(text)
-            .map(LockTarget::Etcd)
-            .map_err(|e| Failure::new(exit_codes::USAGE, e))
-    }
-}
-
-/// `postgres://…#NAME` or `postgresql://…#NAME` (CONTRACT §12).
-fn parse_postgres(arg: &std::ffi::OsStr) -> Result<LockTarget, Failure> {
-    use crate::backend::postgres::{self, PgUrl};
-    if !postgres::ENABLED {
-        return Err(postgres::not_built());
-    }
-    let text = arg.to_str().ok_or_else(|| {
-        Failure::new(
-            exit_codes::USAGE,
-            "the postgres:// lock URL is not valid UTF-8",
-        )
-    })?;
-    PgUrl::parse(text)
-        .map(LockTarget::Postgres)
-        .map_err(|e| Failure::new(exit_codes::USAGE, e))
 }
 
 /// The command line of this build, for help, man pages and completions.
@@ -946,24 +892,37 @@ fn run_invocation(
             "--max-time cannot be used with -F: nobody would be left to stop the command",
         ));
     }
+    // No record where there is no lock, nor in a lent descriptor's file
+    // (fd mode's rule).
+    let write_record = !args.no_record && kind != LockKind::Nothing && args.fd.is_none();
     Ok(Invocation::Run(RunOptions {
         path,
         mode,
         lock: LockSpec { kind, fd: args.fd },
         wait,
-        conflict_status,
         close_before_exec: args.close,
         exec_in_place: args.no_fork,
+        slots: args.slots,
+        settings: run_settings(&args, command, (quiet, conflict_status), write_record),
+    }))
+}
+
+/// What the run flow takes from the command line, for every run form.
+fn run_settings(
+    args: &RunArgs,
+    command: Vec<OsString>,
+    (quiet, conflict_status): (bool, u8),
+    write_record: bool,
+) -> RunSettings {
+    RunSettings {
         command,
+        conflict_status,
         quiet,
         verbose: args.verbose,
-        // No record where there is no lock, nor in a lent descriptor's
-        // file (fd mode's rule).
-        write_record: !args.no_record && kind != LockKind::Nothing && args.fd.is_none(),
+        write_record,
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
-        slots: args.slots,
-    }))
+    }
 }
 
 /// SIGKILL this long after SIGTERM, after --max-time or a lost lock.
@@ -980,7 +939,7 @@ fn url_run_options<U>(
     mode: LockMode,
     wait: WaitPolicy,
     command: Vec<OsString>,
-    (quiet, conflict_status): (bool, u8),
+    messages: (bool, u8),
 ) -> Result<crate::backend::UrlRunOptions<U>, Failure> {
     caps.refuse(&crate::backend::Asked {
         shared: mode == LockMode::Shared,
@@ -994,15 +953,9 @@ fn url_run_options<U>(
         url,
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
-        conflict_status,
-        command,
-        quiet,
-        verbose: args.verbose,
-        write_record: !args.no_record,
         ttl: ttl.unwrap_or(crate::backend::DEFAULT_TTL),
-        kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
-        max_time: args.max_time,
         slots: args.slots,
+        settings: run_settings(args, command, messages, !args.no_record),
     })
 }
 
@@ -1134,7 +1087,7 @@ mod tests {
             Err(e) => panic!("{args:?}: {e}"),
         };
         let opts = run(&["-E", "1", "--conflict-exit-code", "123", "-c", "true", "L"]);
-        assert_eq!(opts.conflict_status, 123);
+        assert_eq!(opts.settings.conflict_status, 123);
         assert_eq!(run(&["-s", "-x", "L", "true"]).mode, LockMode::Exclusive);
         assert_eq!(run(&["-x", "-s", "L", "true"]).mode, LockMode::Shared);
         assert_eq!(run(&["-x", "--sh", "L", "true"]).mode, LockMode::Shared);
@@ -1144,13 +1097,18 @@ mod tests {
         assert_eq!(opts.wait.timeout, Some(Duration::from_secs(2)));
         assert_eq!(opts.wait.poll, Some(Duration::from_secs(3)));
         let opts = run(&["-q", "-v", "-n", "-n", "-o", "-o", "L", "true"]);
-        assert!(opts.verbose && !opts.quiet && opts.wait.nonblocking && opts.close_before_exec);
-        assert!(run(&["-v", "-q", "L", "true"]).quiet);
+        assert!(
+            opts.settings.verbose
+                && !opts.settings.quiet
+                && opts.wait.nonblocking
+                && opts.close_before_exec
+        );
+        assert!(run(&["-v", "-q", "L", "true"]).settings.quiet);
         // -u then -x: the lock is taken after all.
         assert_eq!(run(&["-u", "-x", "L", "true"]).lock.kind, LockKind::Flock);
         let opts = run(&["-x", "-u", "L", "true"]);
         assert_eq!(opts.lock.kind, LockKind::Nothing);
-        assert!(!opts.write_record);
+        assert!(!opts.settings.write_record);
     }
 
     #[test]
@@ -1175,17 +1133,17 @@ mod tests {
         );
         let opts = run(&["--fd", "0", "true", "x"]);
         assert_eq!(opts.lock.fd, Some(0));
-        assert_eq!(opts.command, ["true", "x"]);
-        assert!(!opts.write_record);
+        assert_eq!(opts.settings.command, ["true", "x"]);
+        assert!(!opts.settings.write_record);
         let opts = run(&["--fd", "0", "grep", "-n", "-c", "x", "--", "y"]);
-        assert_eq!(opts.command, ["grep", "-n", "-c", "x", "--", "y"]);
+        assert_eq!(opts.settings.command, ["grep", "-n", "-c", "x", "--", "y"]);
         assert!(!opts.wait.nonblocking);
         let opts = run(&["-w1", "--fd=0", "-nE", "3", "sh", "-c", "x"]);
-        assert_eq!(opts.command, ["sh", "-c", "x"]);
-        assert_eq!(opts.conflict_status, 3);
+        assert_eq!(opts.settings.command, ["sh", "-c", "x"]);
+        assert_eq!(opts.settings.conflict_status, 3);
         let opts = run(&["--fd", "0", "-c", "echo hi"]);
         assert_eq!(
-            opts.command.last().map(|c| c.as_os_str()),
+            opts.settings.command.last().map(|c| c.as_os_str()),
             Some("echo hi".as_ref())
         );
         for bad in [
@@ -1239,8 +1197,8 @@ mod tests {
         match parse(args) {
             Ok(Invocation::Run(opts)) => {
                 assert_eq!(opts.path, std::path::Path::new("holder"));
-                assert_eq!(opts.conflict_status, persona::FLOCK_CONFLICT);
-                assert!(opts.quiet);
+                assert_eq!(opts.settings.conflict_status, persona::FLOCK_CONFLICT);
+                assert!(opts.settings.quiet);
             }
             _ => panic!("`flock holder true` is not the run form"),
         }

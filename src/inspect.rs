@@ -10,6 +10,7 @@ pub mod etcd;
 pub mod postgres;
 mod slots;
 
+use crate::backend::LockTarget;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Liveness;
 use crate::mode::LockMode;
@@ -169,6 +170,26 @@ impl From<LockSpan> for Span {
             start: span.start,
             end: span.end,
         }
+    }
+}
+
+/// `holder` and `check` on any lock, asked where it lives: the one place
+/// that knows which backend inspects what. `probe` (`check --probe`)
+/// tries a file lock whose state the kernel's table leaves unknown; a
+/// lock URL's state is never in doubt while its service answers, and a
+/// probe cannot help when it does not.
+pub fn look_up(target: &LockTarget, want_holders: bool, probe: bool) -> Result<Report, Failure> {
+    match target {
+        LockTarget::File(path) => {
+            let mut found = inspect(path, want_holders)?;
+            if probe {
+                probe_unknown(path, &mut found)
+                    .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot probe", path, &e))?;
+            }
+            Ok(found)
+        }
+        LockTarget::Etcd(url) => etcd::look_up(url),
+        LockTarget::Postgres(url) => postgres::look_up(url),
     }
 }
 

@@ -10,16 +10,20 @@
 //!   `run::command` (start and reap), `run::supervise` (`--max-time`),
 //!   `run::signals`,
 //!   `run::fd_mode` (flock(1)'s descriptor form), `run::urls` (lock URLs).
-//! - `backend` is the seam: `Capabilities`, `Contender`, `Backend`, `Held`;
+//! - `backend` is the seam: `LockTarget` (which backend a lock goes to),
+//!   `Capabilities`, `Contender`, `Backend`, `Held`;
 //!   each backend in its own folder (`file`, with `slots` and `holder`,
 //!   who holds it for the run path's messages; `etcd`; `postgres`), and
 //!   `backend::lost`, what every lock URL does when its lock is lost. A
 //!   backend knows nothing of the run flow.
-//! - `inspect` and `report` answer `holder`/`check`, for every backend;
-//!   the run path never reaches them.
+//! - `inspect` and `report` answer `holder`/`check`, for every backend
+//!   (`inspect::look_up` picks the backend's inspection); the run path
+//!   never reaches them.
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
 //!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
-//!   and `platform`, the one place for operating-system specifics.
+//!   and `platform`, the one place for operating-system specifics (with
+//!   `platform::Helpers`, the blocking calls on helper threads that the
+//!   waiter and `--slots` both wait on and get back).
 
 /// One line on stderr, as `eprintln!` writes it, but a failed write (a full
 /// disk behind `2>/dev/full`, a closed pipe where SIGPIPE is ignored) is

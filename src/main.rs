@@ -102,19 +102,10 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     }
 }
 
-/// Inspects a lock where it lives: the kernel's table or etcd.
-fn inspect_target(target: &LockTarget, want_holders: bool) -> Result<inspect::Report, Failure> {
-    match target {
-        LockTarget::File(path) => inspect::inspect(path, want_holders),
-        LockTarget::Etcd(url) => inspect::etcd::look_up(url),
-        LockTarget::Postgres(url) => inspect::postgres::look_up(url),
-    }
-}
-
 fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
     let mut status = 0;
     for target in targets {
-        match inspect_target(target, true) {
+        match inspect::look_up(target, true, false) {
             Ok(found) => {
                 if found.unreadable {
                     status = exit_codes::NO_INPUT;
@@ -133,13 +124,7 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
 }
 
 fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8, Failure> {
-    let mut found = inspect_target(target, json || !quiet)?;
-    // --probe tries a file lock; an etcd lock's state is never in doubt
-    // while etcd answers, and a probe cannot help when it does not.
-    if let (true, LockTarget::File(path)) = (probe, target) {
-        inspect::probe_unknown(path, &mut found)
-            .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot probe", path, &e))?;
-    }
+    let found = inspect::look_up(target, json || !quiet, probe)?;
     if !quiet {
         print_report(&found, json)?;
     }

@@ -13,6 +13,9 @@ pub mod file;
 #[cfg(any(feature = "etcd", feature = "postgres"))]
 pub mod lost;
 pub mod postgres;
+mod target;
+
+pub use target::LockTarget;
 
 use crate::exit_codes::Failure;
 use crate::record::Record;
@@ -85,6 +88,24 @@ pub fn check_lock_name(name: &str, shown: &str, how: &str) -> Result<(), String>
 /// A lock URL's lease or session check period, when `--ttl` is not given.
 pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What every run form takes from the command line for the run flow,
+/// whatever the lock: the command, what a run that does not get the lock
+/// says and exits with, the record, and the time limit. Each form's
+/// options carry one, so the run flow is given it whole, not copied field
+/// by field.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub command: Vec<OsString>,
+    pub conflict_status: u8,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub write_record: bool,
+    /// `--max-time`: stop everything holding the lock after this long.
+    pub max_time: Option<std::time::Duration>,
+    /// After `--max-time` (or a lost lock), SIGKILL this long after SIGTERM.
+    pub kill_grace: std::time::Duration,
+}
+
 /// The run form on a lock URL, as the command line gives it; `U` is the
 /// backend's parsed URL.
 #[derive(Debug, Clone)]
@@ -92,16 +113,10 @@ pub struct UrlRunOptions<U> {
     pub url: U,
     pub nonblocking: bool,
     pub timeout: Option<std::time::Duration>,
-    pub conflict_status: u8,
-    pub command: Vec<std::ffi::OsString>,
-    pub quiet: bool,
-    pub verbose: bool,
-    pub write_record: bool,
     pub ttl: std::time::Duration,
-    pub kill_grace: std::time::Duration,
-    pub max_time: Option<std::time::Duration>,
     /// `--slots N`: at most N holders at once (only where `CAPS.slots`).
     pub slots: Option<u16>,
+    pub settings: RunSettings,
 }
 
 impl<U> UrlRunOptions<U> {
@@ -109,7 +124,7 @@ impl<U> UrlRunOptions<U> {
     /// that `holder` can name a contender before its command runs; empty
     /// with `--no-record`.
     pub fn waiting_record(&self) -> Vec<u8> {
-        if !self.write_record {
+        if !self.settings.write_record {
             return Vec::new();
         }
         let cwd = std::env::current_dir().ok();
@@ -117,7 +132,7 @@ impl<U> UrlRunOptions<U> {
             acquired_at: Some(crate::display::now_rfc3339()),
             ..Record::starting(
                 crate::identity::Me::gather(),
-                &self.command,
+                &self.settings.command,
                 cwd.as_deref(),
                 crate::mode::LockMode::Exclusive,
             )

@@ -16,9 +16,11 @@ mod other;
 #[cfg(not(target_os = "linux"))]
 pub use other::*;
 
+mod helpers;
 mod process;
 mod spawn;
 mod threads;
+pub use helpers::{ANSWERED, Bell, Helpers};
 pub use process::{Target, leave_command_group, stop_all, wait_exited};
 pub use spawn::{CommandLine, die_with_parent, start_command};
 pub use threads::{

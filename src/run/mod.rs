@@ -19,7 +19,7 @@ pub mod wait;
 pub use command::{Ending, report_spawn_failure, wait_for_command};
 
 use crate::backend::file::lock::LockSpec;
-use crate::backend::{Backend, Held};
+use crate::backend::{Backend, Held, RunSettings};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
@@ -44,21 +44,13 @@ pub struct RunOptions {
     /// Which lock (flock or OFD, byte range) and on what (path or `--fd`).
     pub lock: LockSpec,
     pub wait: WaitPolicy,
-    pub conflict_status: u8,
     /// `-o`: the command does not inherit the lock.
     pub close_before_exec: bool,
     /// `-F`: become the command instead of waiting for it.
     pub exec_in_place: bool,
-    pub command: Vec<OsString>,
-    pub quiet: bool,
-    pub verbose: bool,
-    pub write_record: bool,
-    /// `--max-time`: stop everything holding the lock after this long.
-    pub max_time: Option<Duration>,
-    /// After `--max-time` (or a lost lease), SIGKILL this long after SIGTERM.
-    pub kill_grace: Duration,
     /// `--slots N`: at most N holders at once, each in its own slot.
     pub slots: Option<u16>,
+    pub settings: RunSettings,
 }
 
 /// What the run flow needs of any run form, whatever the backend.
@@ -69,14 +61,8 @@ pub struct Flow<'a> {
     pub lockfile: OsString,
     pub mode: LockMode,
     pub wait: WaitPolicy,
-    pub conflict_status: u8,
     pub exec_in_place: bool,
-    pub command: &'a [OsString],
-    pub quiet: bool,
-    pub verbose: bool,
-    pub write_record: bool,
-    pub max_time: Option<Duration>,
-    pub kill_grace: Duration,
+    pub settings: &'a RunSettings,
 }
 
 /// The run form on a lock file.
@@ -95,22 +81,16 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         lockfile: lockfile.into_os_string(),
         mode: opts.mode,
         wait: opts.wait,
-        conflict_status: opts.conflict_status,
         exec_in_place: opts.exec_in_place,
-        command: &opts.command,
-        quiet: opts.quiet,
-        verbose: opts.verbose,
-        write_record: opts.write_record,
-        max_time: opts.max_time,
-        kill_grace: opts.kill_grace,
+        settings: &opts.settings,
     };
     let opening = crate::backend::file::Opening {
         path: &opts.path,
         spec: opts.lock,
         mode: opts.mode,
         inherit: !opts.close_before_exec,
-        verbose: opts.verbose,
-        command: &opts.command,
+        verbose: opts.settings.verbose,
+        command: &opts.settings.command,
         waits: !opts.wait.nonblocking && opts.wait.timeout != Some(Duration::ZERO),
     };
     match opts.slots {
@@ -140,26 +120,27 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         ("LOCKRUN_LOCKFILE", flow.lockfile.as_os_str()),
         ("LOCKRUN_MODE", OsStr::new(flow.mode.as_str())),
     ];
-    let mut command = command_line(flow.command, &env, &[])?;
+    let mut command = command_line(&flow.settings.command, &env, &[])?;
 
     let mut progress = Progress::new(
         flow.label.clone(),
-        flow.verbose && !persona::is_flock(),
-        flow.quiet,
+        flow.settings.verbose && !persona::is_flock(),
+        flow.settings.quiet,
         flow.wait.timeout,
     );
     let waited = match wait::acquire(&mut backend, flow.wait, &mut progress) {
         Ok(waited) => waited,
         Err(not) => return not_acquired(backend, not, flow),
     };
-    let mut held = backend.acquired(recording.as_ref().map(|r| &r.record), flow.verbose)?;
-    if flow.verbose {
+    let mut held =
+        backend.acquired(recording.as_ref().map(|r| &r.record), flow.settings.verbose)?;
+    if flow.settings.verbose {
         persona::say_acquired(flow.mode, &flow.label, waited);
         persona::say_executing(command.program());
     }
     let extra = held.env();
     if !extra.is_empty() {
-        command = command_line(flow.command, &env, &extra)?;
+        command = command_line(&flow.settings.command, &env, &extra)?;
     }
     if let Some(recording) = &mut recording {
         recording.acquired(&held);
@@ -192,8 +173,9 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         recording.started(&mut held, pid);
     }
     let supervisor = flow
+        .settings
         .max_time
-        .map(|limit| Supervisor::start(pid, limit, flow.kill_grace, &held));
+        .map(|limit| Supervisor::start(pid, limit, flow.settings.kill_grace, &held));
 
     let (status, start) = wait_for_command(pid, |pid| {
         held.command_exited();
@@ -252,7 +234,7 @@ fn release<H: Held>(held: H, flow: &Flow, pid: i32, stopped: Option<Stopped>) ->
             "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM (and SIGKILL if it still ran {} later)",
             persona::name(),
             flow.label,
-            display::span(flow.kill_grace)
+            display::span(flow.settings.kill_grace)
         );
         return Some(Ending::Status(exit_codes::LOCK_LOST));
     }
@@ -284,12 +266,12 @@ fn not_acquired<B: Backend>(
 ) -> Result<Ending, Failure> {
     let ending = match not {
         NotAcquired::Busy { waited } => {
-            persona::say_not_acquired(flow.verbose, waited);
-            if !flow.quiet {
+            persona::say_not_acquired(flow.settings.verbose, waited);
+            if !flow.settings.quiet {
                 let holder = backend.conflict_holder();
                 crate::say!("lockrun: {}", display::busy(&flow.label, &holder, waited));
             }
-            Ok(Ending::Status(flow.conflict_status))
+            Ok(Ending::Status(flow.settings.conflict_status))
         }
         NotAcquired::Interrupted(sig) => Ok(Ending::Status(exit_codes::for_signal(sig))),
         NotAcquired::Failed(mut failure) => {
@@ -343,8 +325,8 @@ struct Recording {
 
 impl Recording {
     fn prepare(flow: &Flow) -> Option<Recording> {
-        if !flow.write_record || flow.mode != LockMode::Exclusive {
-            if flow.verbose && flow.write_record {
+        if !flow.settings.write_record || flow.mode != LockMode::Exclusive {
+            if flow.settings.verbose && flow.settings.write_record {
                 crate::say!(
                     "lockrun: no holder record for {}: {}",
                     flow.label,
@@ -354,8 +336,13 @@ impl Recording {
             return None;
         }
         let cwd = std::env::current_dir().ok();
-        let mut record = Record::starting(Me::gather(), flow.command, cwd.as_deref(), flow.mode);
-        if let Some(limit) = flow.max_time {
+        let mut record = Record::starting(
+            Me::gather(),
+            &flow.settings.command,
+            cwd.as_deref(),
+            flow.mode,
+        );
+        if let Some(limit) = flow.settings.max_time {
             record.max_time = Some(display::span(limit));
         }
         let child = (!flow.exec_in_place).then(|| {

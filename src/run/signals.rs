@@ -9,11 +9,12 @@
 //! signals, so the uncontended path stays a single-threaded process, with
 //! no thread to race with the start or the reaping of the command.
 
+use crate::platform::Bell;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::Once;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Once};
 
 pub const FORWARDED: [i32; 6] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2];
 
@@ -179,53 +180,29 @@ fn send(pid: i32, sig: i32) {
 /// A self-pipe that wakes a waiting lockrun: the signal handler writes the
 /// signal's number, the lock-waiting thread writes [`LOCKED`].
 pub struct WakePipe {
-    read: OwnedFd,
-    write: OwnedFd,
+    bell: Arc<Bell>,
 }
 
 /// The byte the lock-waiting thread writes when its flock call returns.
-pub const LOCKED: u8 = 0;
+pub const LOCKED: u8 = crate::platform::ANSWERED;
 
 impl WakePipe {
     pub fn new() -> io::Result<WakePipe> {
-        use rustix::pipe::{PipeFlags, pipe_with};
-        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
-        WAKE.store(write.as_raw_fd(), SeqCst);
-        Ok(WakePipe { read, write })
+        let bell = Arc::new(Bell::new()?);
+        WAKE.store(bell.write_end().as_raw_fd(), SeqCst);
+        Ok(WakePipe { bell })
     }
 
-    pub fn writer(&self) -> io::Result<OwnedFd> {
-        self.write.try_clone()
+    /// The pipe, for the helper threads that answer through it: shared,
+    /// so that one left behind keeps it open (a write to a closed pipe
+    /// would raise SIGPIPE in it) after signals stop writing to it.
+    pub fn bell(&self) -> Arc<Bell> {
+        Arc::clone(&self.bell)
     }
 
     /// Waits up to `timeout` for a byte; `None` when none came.
     pub fn wait(&self, timeout: std::time::Duration) -> io::Result<Option<u8>> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
-        let mut fds = [PollFd::new(&self.read, PollFlags::IN)];
-        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec {
-            tv_sec: i64::MAX,
-            tv_nsec: 0,
-        });
-        match poll(&mut fds, Some(&timeout)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-        let mut byte = [0u8; 1];
-        match rustix::io::read(self.read.as_fd(), &mut byte) {
-            Ok(1) => Ok(Some(byte[0])),
-            Ok(_) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-}
-
-impl WakePipe {
-    /// Stops using the pipe while a helper thread may still write to it:
-    /// the pipe is left open (never closed under a writer, which would
-    /// raise SIGPIPE in it), and signals no longer write to it.
-    pub fn abandon(self) {
-        WAKE.store(-1, SeqCst);
-        std::mem::forget(self);
+        self.bell.wait(Some(timeout))
     }
 }
 

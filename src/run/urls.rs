@@ -38,14 +38,8 @@ fn run_url<B: crate::backend::Backend, U>(
                 timeout: opts.timeout,
                 poll: None,
             },
-            conflict_status: opts.conflict_status,
             exec_in_place: false,
-            command: &opts.command,
-            quiet: opts.quiet,
-            verbose: opts.verbose,
-            write_record: opts.write_record,
-            max_time: opts.max_time,
-            kill_grace: opts.kill_grace,
+            settings: &opts.settings,
         },
     )
 }

@@ -18,9 +18,8 @@
 
 use crate::backend::Contender;
 use crate::exit_codes::Failure;
+use crate::platform::Helpers;
 use crate::run::signals::{self, LOCKED, WakePipe};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -148,11 +147,10 @@ fn local(e: &std::io::Error) -> Failure {
     )
 }
 
-/// The helper thread making the blocking call, and where it answers.
-struct Helper {
-    thread: JoinHandle<()>,
-    answer: mpsc::Receiver<Result<(), Failure>>,
-}
+/// The helper thread making the blocking call. An answer it gives after
+/// [`HELPER_ANSWER`] has nobody to go to: the contender that could undo it
+/// is the main thread's.
+type Helper = Helpers<Result<(), Failure>, fn(usize, Result<(), Failure>)>;
 
 fn wait(
     contender: &mut dyn Contender,
@@ -208,7 +206,12 @@ fn wait(
     if outcome.is_err() {
         contender.interrupt();
     }
-    match (outcome, finish_helper(helper, wake)) {
+    // Ended, or answered: the helper's own answer, if it gives one in time.
+    let answer = helper
+        .finish(HELPER_ANSWER)
+        .pop()
+        .map(|(_, answer)| answer.map_err(NotAcquired::Failed));
+    match (outcome, answer) {
         // The helper's own answer: acquired, or why not.
         (Ok(()), answer) => answer.unwrap_or_else(|| Err(vanished())),
         // Acquired in the instant the deadline passed: ours after all.
@@ -229,33 +232,9 @@ fn vanished() -> NotAcquired {
 
 fn start_helper(contender: &mut dyn Contender, wake: &WakePipe) -> Result<Helper, NotAcquired> {
     let blocking = contender.blocking().map_err(NotAcquired::Failed)?;
-    let writer = wake.writer().map_err(|e| NotAcquired::Failed(local(&e)))?;
-    let (report, answer) = mpsc::channel();
-    let thread = crate::platform::spawn_helper("lock-wait", move || {
-        let _ = report.send(blocking());
-        let _ = rustix::io::write(&writer, &[LOCKED]);
-    })
-    .map_err(|e| NotAcquired::Failed(local(&e)))?;
-    Ok(Helper { thread, answer })
-}
-
-/// Ends the helper's blocking call and collects its answer: `None` when it
-/// did not answer in time (it is left behind, with the pipe left open so
-/// that its late write cannot raise SIGPIPE).
-fn finish_helper(helper: Helper, wake: WakePipe) -> Option<Result<(), NotAcquired>> {
-    let give_up = Instant::now() + HELPER_ANSWER;
-    loop {
-        if let Ok(answer) = helper.answer.try_recv() {
-            let _ = helper.thread.join();
-            return Some(answer.map_err(NotAcquired::Failed));
-        }
-        if Instant::now() >= give_up {
-            wake.abandon();
-            return None;
-        }
-        // Sent again until it answers: a signal that lands just before the
-        // helper enters its blocking call is lost on it.
-        crate::platform::interrupt_helper(&helper.thread);
-        let _ = wake.wait(Duration::from_millis(10));
-    }
+    let mut helper: Helper = Helpers::new(wake.bell(), 1, |_, _| {});
+    helper
+        .start("lock-wait", blocking)
+        .map_err(|e| NotAcquired::Failed(local(&e)))?;
+    Ok(helper)
 }

@@ -70,13 +70,13 @@ fn unavailable(label: &str, e: &EtcdError) -> Failure {
 impl EtcdBackend {
     pub fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
         let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
-        client.set_verbose(opts.verbose);
+        client.set_verbose(opts.settings.verbose);
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
         let session = Session::start(
             client.clone(),
             (lease, key_for(&opts.url.name, lease)),
             ttl,
-            opts.kill_grace,
+            opts.settings.kill_grace,
         );
         // The waiting key carries who waits, so `holder` can name a
         // contender even before it runs its command.
@@ -102,7 +102,7 @@ impl EtcdBackend {
             status: exit_codes::UNAVAILABLE,
             revision: None,
             owner: None,
-            verbose: opts.verbose,
+            verbose: opts.settings.verbose,
             label: label.to_owned(),
             cancel: Arc::new(tokio::sync::Notify::new()),
         })

@@ -1,7 +1,7 @@
 //! Locks in etcd v3 instead of the file system: `etcd://HOST:PORT[,...]/NAME`
 //! in place of LOCKFILE.
 //!
-//! Reached only through [`crate::cli::LockTarget::Etcd`]: the file path
+//! Reached only through [`crate::backend::LockTarget::Etcd`]: the file path
 //! never runs a line of this module. It talks gRPC to etcd ([`client`],
 //! on the etcd-client crate), with TLS and authentication as etcdctl has
 //! them ([`Access`]).

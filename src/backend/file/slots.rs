@@ -48,10 +48,10 @@ use crate::identity::Me;
 use crate::record::{self, Record, SlotsHeader};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The most slots one lock file can have: each waiting head holds a
 /// descriptor and a thread per slot.
@@ -70,16 +70,6 @@ pub struct SlotsBackend {
     jump_queue: bool,
     /// The descriptor limit before it was raised to open every slot.
     saved_nofile: Option<rustix::process::Rlimit>,
-}
-
-/// What the slots' threads in [`Inner::wait_any`] found.
-#[derive(Default)]
-struct Answers {
-    /// The wait is over: a slot got now goes back at once.
-    closed: bool,
-    /// The slots got, in the order they were got.
-    got: Vec<usize>,
-    error: Option<(usize, io::Error)>,
 }
 
 /// What the waiting helper threads share with the contender.
@@ -286,7 +276,7 @@ impl Inner {
     /// thread), ends early when this thread is interrupted (EINTR),
     /// letting go of any slot got in that instant.
     fn wait_any(self: &Arc<Inner>, interruptible: bool) -> Result<usize, Failure> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        use crate::platform::{Bell, Helpers};
         let local = |e: io::Error| {
             self.status.store(exit_codes::OS_ERROR, SeqCst);
             Failure::new(
@@ -294,101 +284,57 @@ impl Inner {
                 format!("cannot wait for a slot of {}: {e}", self.label),
             )
         };
-        // Each slot's thread writes a byte here when its flock returns.
-        // Shared with the threads, so that one left behind never writes
-        // to a pipe nobody reads.
-        let pipe: Arc<(OwnedFd, OwnedFd)> = Arc::new(
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-                .map_err(|e| local(e.into()))?,
-        );
-        let answers = Arc::new(Mutex::new(Answers::default()));
-        let mut waiters = Vec::with_capacity(self.slots.len());
+        // Each slot's thread rings it when its flock returns.
+        let bell = Arc::new(Bell::new().map_err(&local)?);
+        let inner = Arc::clone(self);
+        let mut waiters = Helpers::new(Arc::clone(&bell), self.slots.len(), move |slot, got| {
+            // Answered too late (the wait ended): not ours to keep.
+            if let Ok(()) = got {
+                let _ = inner.slots[slot].unlock();
+            }
+        });
         let mut failed = None;
         for slot in 0..self.slots.len() {
-            let (inner, answers, pipe) =
-                (Arc::clone(self), Arc::clone(&answers), Arc::clone(&pipe));
-            let spawned = crate::platform::spawn_helper("slot-wait", move || {
-                let got = inner.slots[slot].lock(LockMode::Exclusive);
-                let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
-                match got {
-                    // Answered too late (the wait ended): not ours to keep.
-                    Ok(()) if answers.closed => {
-                        let _ = inner.slots[slot].unlock();
-                    }
-                    Ok(()) => answers.got.push(slot),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        answers.error.get_or_insert((slot, e));
-                    }
-                }
-                drop(answers);
-                let _ = rustix::io::write(&pipe.1, &[0]);
-            });
-            match spawned {
-                Ok(thread) => waiters.push(thread),
-                Err(e) => {
-                    failed = Some(local(e));
-                    break;
-                }
+            let inner = Arc::clone(self);
+            if let Err(e) = waiters.start("slot-wait", move || {
+                inner.slots[slot].lock(LockMode::Exclusive)
+            }) {
+                failed = Some(local(e));
+                break;
             }
         }
         let mut interrupted = false;
-        let mut answered = 0;
-        let mut bytes = [0u8; 256];
         if failed.is_none() {
             loop {
-                let mut fds = [PollFd::new(&pipe.0, PollFlags::IN)];
-                match poll(&mut fds, None) {
-                    Ok(_) => break,
-                    Err(rustix::io::Errno::INTR) if interruptible => {
+                match bell.wait(None) {
+                    Ok(Some(_)) => break,
+                    // EINTR: on the waiter's helper thread, the waiter's
+                    // interrupt. (On the main thread a signal ends lockrun
+                    // in its handler.)
+                    Ok(None) if interruptible => {
                         interrupted = true;
                         break;
                     }
-                    Err(rustix::io::Errno::INTR) => {}
+                    Ok(None) => {}
                     Err(e) => {
-                        failed = Some(local(e.into()));
+                        failed = Some(local(e));
                         break;
                     }
                 }
             }
         }
-        // The others stop waiting: each is interrupted once and answers
-        // through the pipe. Sent again only when answers stop coming: a
-        // signal that lands just before a thread enters flock is lost on it.
-        for thread in &waiters {
-            crate::platform::interrupt_helper(thread);
-        }
-        let give_up = Instant::now() + Duration::from_secs(1);
-        let again = Timespec {
-            tv_sec: 0,
-            tv_nsec: 10_000_000,
-        };
-        while answered < waiters.len() && Instant::now() < give_up {
-            let mut fds = [PollFd::new(&pipe.0, PollFlags::IN)];
-            match poll(&mut fds, Some(&again)) {
-                Ok(0) => {
-                    for thread in &waiters {
-                        crate::platform::interrupt_helper(thread);
-                    }
+        // The others stop waiting; a slot they got meanwhile goes back.
+        let mut got = Vec::new();
+        let mut error = None;
+        for (slot, answer) in waiters.finish(Duration::from_secs(1)) {
+            match answer {
+                Ok(()) => got.push(slot),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    error.get_or_insert((slot, e));
                 }
-                Ok(_) => {
-                    if let Ok(n) = rustix::io::read(&pipe.0, &mut bytes) {
-                        answered += n;
-                    }
-                }
-                Err(_) => {}
             }
         }
-        for thread in waiters {
-            if thread.is_finished() {
-                let _ = thread.join();
-            }
-        }
-        let (got, error) = {
-            let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
-            answers.closed = true;
-            (std::mem::take(&mut answers.got), answers.error.take())
-        };
         let won = got
             .first()
             .copied()

@@ -447,25 +447,37 @@ fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
         } else {
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
+                .with_custom_certificate_verifier(Arc::new(Lenient {
+                    chain: Some(webpki),
+                    algorithms: provider.signature_verification_algorithms,
+                }))
                 .with_no_client_auth()
         }
     } else {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unverified(
-                provider.signature_verification_algorithms,
-            )))
+            .with_custom_certificate_verifier(Arc::new(Lenient {
+                chain: None,
+                algorithms: provider.signature_verification_algorithms,
+            }))
             .with_no_client_auth()
     };
     Ok(Tls::Rustls(MakeRustlsConnect::new(config)))
 }
 
-/// `verify-ca`: the chain must lead to the root, whatever name it is for.
+/// What `verify-full` does not check: with a `chain` (`verify-ca`), the
+/// chain must lead to the root, whatever name it is for; without one
+/// (`prefer`/`require` and no root certificate), encryption against a
+/// passive listener only, as libpq does. Either way the handshake's
+/// signatures are checked with the provider's algorithms, as rustls's own
+/// verifier checks them.
 #[derive(Debug)]
-struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+struct Lenient {
+    chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -474,10 +486,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -490,7 +502,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
     fn verify_tls13_signature(
         &self,
@@ -498,47 +510,10 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer`/`require` without a root certificate: encryption against a
-/// passive listener only, as libpq does.
-#[derive(Debug)]
-struct Unverified(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 

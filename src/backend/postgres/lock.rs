@@ -384,7 +384,7 @@ impl PgBackend {
         let mut target = Target::new(&opts.url, &application_name(), &connect::process_env)
             .map_err(|e| Failure::new(exit_codes::USAGE, format!("{label}: {e}")))?;
         target.keepalive(ttl);
-        if target.password_in_url && opts.verbose {
+        if target.password_in_url && opts.settings.verbose {
             crate::say!(
                 "lockrun: warning: the lock URL carries a password, which other users can see in `ps` until lockrun hides it; prefer PGPASSWORD or ~/.pgpass"
             );
@@ -552,8 +552,8 @@ impl PgBackend {
             token,
             comment,
             ttl,
-            kill_grace: opts.kill_grace,
-            verbose: opts.verbose,
+            kill_grace: opts.settings.kill_grace,
+            verbose: opts.settings.verbose,
             slots: slot_state,
         })
     }

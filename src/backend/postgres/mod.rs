@@ -25,7 +25,7 @@
 //! confirmed check), so the two holders' commands do not overlap unless
 //! `--kill-grace` is longer than the TTL.
 //!
-//! Reached only through [`crate::cli::LockTarget::Postgres`]: the file path
+//! Reached only through [`crate::backend::LockTarget::Postgres`]: the file path
 //! never runs a line of this module.
 
 #[cfg(feature = "postgres")]
