@@ -24,7 +24,9 @@
 //! execvp's own needs are covered: glibc since 2.24 builds PATH candidates
 //! and a script's `/bin/sh` argv on the stack (sized for them below),
 //! without malloc. Older glibc allocated there; lockrun built against one
-//! would need its own PATH search.
+//! would need its own PATH search. musl's execvp does not run a script
+//! without `#!` at all, so there lockrun searches PATH itself (`execvpe`),
+//! as glibc would.
 //!
 //! Elsewhere, a plain fork through std, as before.
 
@@ -67,6 +69,13 @@ pub struct CommandLine {
     /// allows where no other thread could be reading it.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     envp: Vec<*const c_char>,
+    /// Where a libc's execvp does not run a script without `#!` through
+    /// /bin/sh itself (musl; glibc does, and flock(1) inherits that),
+    /// lockrun's own PATH search does, and needs these prepared: lockrun's
+    /// PATH (which glibc's search uses too), and the shell's argv, whose
+    /// second entry the search fills in with the script's path.
+    #[cfg(all(target_os = "linux", not(target_env = "gnu")))]
+    search: imp::Search,
 }
 
 impl CommandLine {
@@ -92,11 +101,15 @@ impl CommandLine {
             .collect::<Result<Vec<_>, _>>()
             .map_err(nul)?;
         let envp = imp::environment_with(&added);
+        #[cfg(all(target_os = "linux", not(target_env = "gnu")))]
+        let search = imp::Search::new(&argv);
         Ok(CommandLine {
             args,
             argv,
             added,
             envp,
+            #[cfg(all(target_os = "linux", not(target_env = "gnu")))]
+            search,
         })
     }
 
@@ -147,8 +160,7 @@ mod imp {
 
     /// What the child needs, in memory it shares with the parent.
     struct Job<'a> {
-        argv: *const *const libc::c_char,
-        envp: *const *const libc::c_char,
+        command: &'a CommandLine,
         handled: u64,
         before_exec: &'a dyn Fn(),
         /// The signal mask lockrun had before blocking everything: the
@@ -173,8 +185,7 @@ mod imp {
             old.assume_init()
         };
         let job = Job {
-            argv: command.argv.as_ptr(),
-            envp: command.envp.as_ptr(),
+            command,
             handled: handled | super::RESET_TOO,
             before_exec: &before_exec,
             mask,
@@ -222,12 +233,9 @@ mod imp {
             }
         }
         (job.before_exec)();
-        // SAFETY: restores the saved mask, then execs a null-terminated
-        // argv whose strings the suspended parent keeps alive.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &job.mask, ptr::null_mut());
-            libc::execvpe(*job.argv, job.argv, job.envp);
-        }
+        // SAFETY: restores the saved mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &job.mask, ptr::null_mut()) };
+        execvpe(job.command);
         let errno = io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::ENOEXEC);
@@ -267,18 +275,140 @@ mod imp {
     }
 
     pub fn exec(command: &CommandLine) -> io::Error {
-        // SAFETY: resets one disposition; then argv and envp are
-        // null-terminated arrays of pointers into strings `command` owns
-        // or that `environ` holds unchanged.
+        // SAFETY: resets one disposition.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        execvpe(command);
+        io::Error::last_os_error()
+    }
+
+    /// glibc's execvpe: the PATH search, and a script without `#!` run
+    /// by /bin/sh. Returns only if the exec failed, with errno set.
+    #[cfg(target_env = "gnu")]
+    fn execvpe(command: &CommandLine) {
+        // SAFETY: argv and envp are null-terminated arrays of pointers
+        // into strings `command` owns or that `environ` holds unchanged.
         unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             libc::execvpe(
-                command.argv[0],
+                *command.argv.as_ptr(),
                 command.argv.as_ptr(),
                 command.envp.as_ptr(),
             );
         }
-        io::Error::last_os_error()
+    }
+
+    /// What glibc's execvpe does, where the libc's own (musl's) gives up
+    /// with ENOEXEC on a script without `#!`: the same PATH search (the
+    /// default /bin:/usr/bin without PATH, an empty entry for the current
+    /// directory, EACCES if a candidate was found but refused, on to the
+    /// next candidate after ENOENT, ESTALE, ENOTDIR, ENODEV or ETIMEDOUT),
+    /// and ENOEXEC retried as `/bin/sh path args...`. Runs in the vfork
+    /// child: no allocation, the candidate built on the stack.
+    #[cfg(not(target_env = "gnu"))]
+    fn execvpe(command: &CommandLine) {
+        let set_errno = |errno| {
+            // SAFETY: our own thread's errno.
+            unsafe { *libc::__errno_location() = errno };
+        };
+        let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        let argv = command.argv.as_ptr();
+        let envp = command.envp.as_ptr();
+        let Some(program) = command.args.first() else {
+            return set_errno(libc::ENOENT);
+        };
+        let file = program.as_bytes();
+        if file.is_empty() {
+            return set_errno(libc::ENOENT);
+        }
+        if file.contains(&b'/') {
+            // SAFETY: null-terminated arrays of pointers to C strings that
+            // `command` owns or `environ` holds.
+            unsafe { libc::execve(program.as_ptr(), argv, envp) };
+            if errno() == libc::ENOEXEC {
+                command.search.run_script(program.as_ptr(), envp);
+            }
+            return;
+        }
+        const NAME_MAX: usize = 255;
+        const PATH_MAX: usize = 4096;
+        if file.len() > NAME_MAX {
+            return set_errno(libc::ENAMETOOLONG);
+        }
+        let mut candidate = [0u8; PATH_MAX + NAME_MAX + 2];
+        let mut refused = false;
+        for dir in command.search.path().split(|&b| b == b':') {
+            let Some(room) = candidate.get_mut(..dir.len() + 1 + file.len() + 1) else {
+                continue;
+            };
+            let (dir_part, rest) = room.split_at_mut(dir.len());
+            dir_part.copy_from_slice(dir);
+            let rest = if dir.is_empty() {
+                rest
+            } else {
+                rest[0] = b'/';
+                &mut rest[1..]
+            };
+            rest[..file.len()].copy_from_slice(file);
+            rest[file.len()] = 0;
+            let path = candidate.as_ptr().cast::<libc::c_char>();
+            // SAFETY: `candidate` is NUL-terminated; argv and envp as above.
+            unsafe { libc::execve(path, argv, envp) };
+            if errno() == libc::ENOEXEC {
+                command.search.run_script(path, envp);
+            }
+            match errno() {
+                libc::EACCES => refused = true,
+                libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => return,
+            }
+        }
+        if refused {
+            set_errno(libc::EACCES);
+        }
+    }
+
+    /// See `CommandLine::search`.
+    #[cfg(not(target_env = "gnu"))]
+    pub struct Search {
+        path: Option<CString>,
+        /// `/bin/sh`, the script (null until the search fills it in),
+        /// argv[1..], null. AtomicPtr has the layout of a pointer, so this
+        /// is the array execve takes, written by the child through a
+        /// shared reference.
+        script_argv: Vec<std::sync::atomic::AtomicPtr<libc::c_char>>,
+    }
+
+    #[cfg(not(target_env = "gnu"))]
+    impl Search {
+        pub fn new(argv: &[*const libc::c_char]) -> Search {
+            use std::os::unix::ffi::OsStrExt;
+            use std::sync::atomic::AtomicPtr;
+            let path = std::env::var_os("PATH").and_then(|path| CString::new(path.as_bytes()).ok());
+            let shell = c"/bin/sh".as_ptr().cast_mut();
+            let mut script_argv = vec![AtomicPtr::new(shell), AtomicPtr::new(ptr::null_mut())];
+            // argv ends with its null, which ends this array too.
+            script_argv.extend(
+                argv.iter()
+                    .skip(1)
+                    .map(|arg| AtomicPtr::new(arg.cast_mut())),
+            );
+            Search { path, script_argv }
+        }
+
+        fn path(&self) -> &[u8] {
+            self.path
+                .as_deref()
+                .map_or(b"/bin:/usr/bin", CStr::to_bytes)
+        }
+
+        /// `/bin/sh script args...`, as glibc runs a file the kernel
+        /// cannot. Returns only if that exec failed too.
+        fn run_script(&self, script: *const libc::c_char, envp: *const *const libc::c_char) {
+            self.script_argv[1].store(script.cast_mut(), std::sync::atomic::Ordering::Relaxed);
+            let argv = self.script_argv.as_ptr().cast::<*const libc::c_char>();
+            // SAFETY: a null-terminated array of pointers to C strings the
+            // suspended parent keeps alive (or, with -F, lockrun itself).
+            unsafe { libc::execve(*argv, argv, envp) };
+        }
     }
 
     /// A stack for the child, with a guard page below it.

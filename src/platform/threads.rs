@@ -97,8 +97,12 @@ pub fn block_signals_on_this_thread() -> libc::sigset_t {
 pub fn interrupt_helper<T>(helper: &std::thread::JoinHandle<T>) {
     use std::os::unix::thread::JoinHandleExt;
     if !helper.is_finished() {
+        // std's RawPthread is an integer; libc's pthread_t is one on glibc
+        // and a pointer on musl, where without the cast lockrun does not
+        // build at all.
+        let thread = helper.as_pthread_t() as libc::pthread_t;
         // SAFETY: the thread has not been joined, so its pthread_t is valid.
-        unsafe { libc::pthread_kill(helper.as_pthread_t(), interrupt_signal()) };
+        unsafe { libc::pthread_kill(thread, interrupt_signal()) };
     }
 }
 
