@@ -3,9 +3,9 @@
 #
 #   bench/compare.sh [--quick] [--only ROWS] [--dir DIR] [--strict]
 #
-#   LOCKRUN=path    lockrun binary (default: the one `cargo build-static`
-#                   builds, in target/<host tuple>/release/: the build
-#                   install.sh and the Debian package ship)
+#   LOCKRUN=path    lockrun binary (default: the one install.sh builds and
+#                   installs, which the Debian package ships too:
+#                   `LOCKRUN_BUILD_ONLY=1 ./install.sh`)
 #   LOCKRUN_ARGS=.. extra lockrun options, split on spaces (e.g. --no-record)
 #   --quick         fewer runs (a smoke test, about 10 s; a full run takes about 45 s)
 #   --only ROWS     comma list of: overhead,exec,handoff,contention,waiters,rss
@@ -43,14 +43,12 @@ for t in hyperfine flock awk sort timeout stat mkfifo date; do
 done
 [ -r /proc/locks ] || die "/proc/locks is not readable (Linux with /proc needed)"
 if [ -z "${LOCKRUN:-}" ]; then
-  # Build the static binary users get (a no-op when up to date) and ask
-  # cargo where it is (target/<host tuple>/release/lockrun; the dynamic
-  # target/release/lockrun is another build).
+  # The build users get from the README's install command (a no-op when up
+  # to date): install.sh decides which, and says where it is.
   command -v cargo >/dev/null 2>&1 || die "no cargo to build lockrun with; set LOCKRUN=/path/to/lockrun"
-  echo "# building lockrun (cargo build-static)" >&2
-  LOCKRUN=$(cd "$ROOT" && cargo build-static --quiet --bin lockrun --message-format=json-render-diagnostics \
-    | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "cargo build-static failed"
-  [ -n "$LOCKRUN" ] || die "cargo build-static named no lockrun binary"
+  echo "# building lockrun (LOCKRUN_BUILD_ONLY=1 ./install.sh)" >&2
+  LOCKRUN=$(LOCKRUN_BUILD_ONLY=1 "$ROOT/install.sh") || die "install.sh could not build lockrun"
+  [ -n "$LOCKRUN" ] || die "install.sh named no lockrun binary"
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not an executable file"
 LOCKRUN=$(cd "$(dirname "$LOCKRUN")" && pwd)/$(basename "$LOCKRUN")
