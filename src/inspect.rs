@@ -256,6 +256,10 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     // descriptors say whether this very file is locked, and only a
     // complete look at every process (root) can say it is not.
     let ambiguous = id != platform::stat_lock_id(dev, ino);
+    // Set once the descriptors were looked at and showed no lock on this
+    // file, to whether that look saw every process: a second look moments
+    // later would tell no more.
+    let mut scanned = None;
     if !held.is_empty() {
         if !ambiguous {
             report.state = State::Held;
@@ -270,6 +274,7 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
             report.holders = holders(found, &held);
             return Ok(report);
         }
+        scanned = Some(complete);
     }
 
     // The table shows no holder. Where it may have missed one, the
@@ -296,7 +301,10 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         }
     }
     if table.torn {
-        let (found, complete) = platform::fd_holders(dev, ino);
+        let (found, complete) = match scanned {
+            Some(complete) => (Vec::new(), complete),
+            None => platform::fd_holders(dev, ino),
+        };
         if !found.is_empty() {
             return Ok(held_via(report, found));
         }
