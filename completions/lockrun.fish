@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n generate= x/exclusive s/shared u/unlock fcntl start= length= fd= n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record q/quiet v/verbose max-time= kill-grace= slots= h/help V/version
+    string join \n generate= x/exclusive s/shared u/unlock fcntl start= length= fd= n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record forward= q/quiet v/verbose max-time= kill-grace= slots= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -37,6 +37,8 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l timeout -l wait -d
 complete -c lockrun -n "__fish_lockrun_needs_command" -l poll -d 'Retry every INTERVAL (at least 1ms) instead of a blocking kernel wait' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired [default: 75; 1 as flock]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s c -l command -d 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l forward -d 'Pass signals sent to lockrun on to the command (auto), or not (never: for a supervisor that signals every process itself, as systemd\'s KillMode=control-group) [default: auto]' -r -f -a "auto\t'Those the command cannot have received itself (docs/GUIDE.md, "Signals")'
+never\t'None: the supervisor signals every process itself'"
 complete -c lockrun -n "__fish_lockrun_needs_command" -l max-time -d 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l slots -d 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)' -r
@@ -50,7 +52,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s F -l no-fork -d 'Exec t
 complete -c lockrun -n "__fish_lockrun_needs_command" -l no-record -d 'Do not write the holder record into the lock file'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy or the wait times out'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Say who holds the lock while waiting, and how long acquiring took'
-complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "holder" -d 'Who holds each lock now, or held it last (never takes the lock)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'

@@ -182,6 +182,11 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Command")]
     no_record: bool,
 
+    /// Pass signals sent to lockrun on to the command (auto), or not (never: for a supervisor that
+    /// signals every process itself, as systemd's KillMode=control-group) [default: auto]
+    #[arg(long, value_name = "WHEN", value_enum, help_heading = "Command")]
+    forward: Option<Forward>,
+
     /// Print nothing when the lock is busy or the wait times out
     #[arg(short, long, overrides_with = "verbose", help_heading = "Output")]
     quiet: bool,
@@ -288,6 +293,15 @@ pub enum Inspect {
         #[arg(value_name = "LOCKFILE")]
         path: PathBuf,
     },
+}
+
+/// `--forward`: which signals sent to lockrun go on to the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Forward {
+    /// Those the command cannot have received itself (docs/GUIDE.md, "Signals")
+    Auto,
+    /// None: the supervisor signals every process itself
+    Never,
 }
 
 /// What `--generate` prints.
@@ -650,6 +664,7 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         close: false,
         no_fork: false,
         no_record: false,
+        forward: None,
         quiet: false,
         verbose: false,
         max_time: None,
@@ -672,6 +687,13 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
             "-o" | "--close" => run.close = true,
             "-F" | "--no-fork" => run.no_fork = true,
             "--no-record" => run.no_record = true,
+            "--forward" => {
+                run.forward = Some(match plain_value(rest.next()?)? {
+                    "auto" => Forward::Auto,
+                    "never" => Forward::Never,
+                    _ => return None,
+                });
+            }
             "-q" | "--quiet" => (run.quiet, run.verbose) = (true, false),
             "-v" | "--verbose" => (run.verbose, run.quiet) = (true, false),
             "-w" | "--timeout" | "--wait" => {
@@ -769,9 +791,15 @@ fn run_invocation(
         args.fd,
     ) {
         // flock(1) ignores them there; lockrun says they do nothing.
-        if (args.no_fork || args.close || args.no_record || args.slots.is_some()) && !as_flock {
+        if (args.no_fork
+            || args.close
+            || args.no_record
+            || args.slots.is_some()
+            || args.forward.is_some())
+            && !as_flock
+        {
             return Err(usage(
-                "-F, -o, --no-record and --slots need a LOCKFILE and a COMMAND",
+                "-F, -o, --no-record, --forward and --slots need a LOCKFILE and a COMMAND",
             ));
         }
         return Ok(Invocation::Fd(FdOptions {
@@ -920,6 +948,7 @@ fn run_settings(
         quiet,
         verbose: args.verbose,
         write_record,
+        forward_signals: args.forward != Some(Forward::Never),
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
     }
@@ -1225,6 +1254,11 @@ mod tests {
             "-F",
             "--no-fork",
             "--no-record",
+            "--forward",
+            "auto",
+            "never",
+            "--forward=never",
+            "--fo",
             "-q",
             "--quiet",
             "-v",

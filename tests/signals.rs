@@ -584,3 +584,298 @@ fn a_group_leader_joins_its_callers_group_and_each_group_signal_arrives_once() {
     );
     wait_for("lockrun to exit", || process_gone(lockrun));
 }
+
+/// A command that signals its own process group (a script's `trap 'kill
+/// 0' EXIT`) on USR1, and writes every signal it receives into the file
+/// named by $1 (a terminal's output would stop with script(1), which
+/// stops itself when its child is stopped).
+const KILLS_ITS_GROUP: &str = r#"
+exec >>"$1"
+trap 'echo got TERM' TERM
+trap 'kill -TERM 0' USR1
+n=0; trap 'echo got USR2; n=$((n+1)); [ $n -ge 2 ] && exit 0' USR2
+echo ready $$ $PPID
+while :; do sleep 0.05 & wait $!; done
+"#;
+
+/// Where lockrun stays in the command's process group (a session leader,
+/// or on a terminal), the command's own `kill 0` reaches lockrun too: it
+/// has reached the command already, and must not come back through
+/// lockrun. A signal from outside the command is still forwarded.
+/// `start` runs lockrun on `sh SCRIPT OUT`.
+fn the_commands_kill_zero_reaches_it_once(
+    start: impl FnOnce(&std::path::Path, &std::path::Path, &std::path::Path) -> Command,
+    how: &str,
+) {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (script, out) = (
+        dir.path().join("kills-its-group.sh"),
+        dir.path().join("out"),
+    );
+    std::fs::write(&script, KILLS_ITS_GROUP).unwrap();
+    let caller = Background::spawn(start(&lock, &script, &out));
+    let lines = || -> Vec<String> {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        text.lines().map(str::to_owned).collect()
+    };
+    let lines_after = |n: usize| {
+        wait_for("the command's next line", || lines().len() > n);
+        lines()
+    };
+    let ready = lines_after(0).remove(0);
+    let pids: Vec<i32> = ready
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        ready.starts_with("ready ") && pids.len() == 2,
+        "{how}: {ready:?}"
+    );
+    let (command, lockrun) = (pids[0], pids[1]);
+    assert_eq!(
+        process_group(command),
+        process_group(lockrun),
+        "{how}: lockrun is not in the command's group"
+    );
+    // Stopped, lockrun takes the group's TERM only after the command has
+    // taken its own: a copy forwarded could not merge into it unseen.
+    kill(lockrun, "STOP");
+    wait_for("lockrun to stop", || process_state(lockrun) == Some('T'));
+    kill(command, "USR1");
+    assert_eq!(lines_after(1)[1..], ["got TERM"], "{how}");
+    kill(lockrun, "CONT");
+    for n in [2, 3] {
+        kill(lockrun, "USR2");
+        wait_for("the USR2 to arrive", || {
+            lines().iter().filter(|l| *l == "got USR2").count() == n - 1
+        });
+    }
+    wait_for("lockrun to exit", || process_gone(lockrun));
+    assert_eq!(
+        lines()[1..],
+        ["got TERM", "got USR2", "got USR2"],
+        "{how}: the command's own kill 0 came back through lockrun"
+    );
+    drop(caller);
+}
+
+#[test]
+fn a_session_leaders_command_that_signals_its_own_group_gets_the_signal_once() {
+    if !needs("setsid", "to start lockrun as a session leader") {
+        return;
+    }
+    the_commands_kill_zero_reaches_it_once(
+        |lock, script, out| {
+            // Not a group leader, setsid(1) calls setsid(2) itself and
+            // execs: a service manager's arrangement.
+            let mut start = Command::new("setsid");
+            start
+                .arg(common::bin())
+                .arg(lock)
+                .arg("sh")
+                .arg(script)
+                .arg(out);
+            start
+        },
+        "session leader",
+    );
+}
+
+#[test]
+fn on_a_terminal_a_command_that_signals_its_own_group_gets_the_signal_once() {
+    if !needs("script", "a pseudo-terminal to test with") {
+        return;
+    }
+    the_commands_kill_zero_reaches_it_once(
+        |lock, script, out| {
+            let inner = format!(
+                "exec {} {} sh {} {}",
+                common::bin(),
+                lock.display(),
+                script.display(),
+                out.display()
+            );
+            let mut start = Command::new("script");
+            start.args(["-qec", &inner, "/dev/null"]);
+            start
+        },
+        "terminal",
+    );
+}
+
+/// Whether `sig` is pending for `pid` (its main thread or the whole
+/// process), from /proc/PID/status.
+fn signal_pending(pid: i32, sig: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().any(|l| {
+        let Some((name, mask)) = l.split_once(':') else {
+            return false;
+        };
+        (name == "SigPnd" || name == "ShdPnd")
+            && u64::from_str_radix(mask.trim(), 16).is_ok_and(|m| m & (1 << (sig - 1)) != 0)
+    })
+}
+
+/// `--forward never`, for a supervisor that signals every process itself
+/// (systemd's KillMode=control-group, GNU timeout without --foreground):
+/// a signal sent to lockrun stays with lockrun, which waits for the
+/// command and ends as it does. The command hears only the supervisor.
+#[test]
+fn with_forward_never_lockrun_keeps_its_signals_and_ends_as_the_command_does() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (mut lockrun, words) = Background::lockrun_holding(&["--forward", "never"], &lock, COUNTER);
+    let command: i32 = words[0].parse().unwrap();
+    // The supervisor signals the main process first, then each other one.
+    kill(lockrun.pid(), "TERM");
+    wait_for("lockrun to take its TERM and wait again", || {
+        !signal_pending(lockrun.pid(), libc::SIGTERM) && process_state(lockrun.pid()) == Some('S')
+    });
+    // A TERM forwarded would be pending before this USR2, and be reported
+    // before the next step.
+    kill(command, "USR2");
+    assert_eq!(lockrun.line(BOUND).as_deref(), Some("got USR2"));
+    kill(command, "TERM");
+    assert_eq!(lockrun.line(BOUND).as_deref(), Some("got TERM"));
+    kill(command, "USR2");
+    assert_eq!(lockrun.line(BOUND).as_deref(), Some("got USR2"));
+    let status = lockrun.wait_exit(BOUND);
+    assert!(
+        status.success(),
+        "lockrun did not end as its command: {status:?}"
+    );
+    assert_eq!(lockrun.line(BOUND), None, "a signal came twice");
+    assert_eq!(record_json(&lock)["exit"], serde_json::json!({ "code": 0 }));
+}
+
+/// On a terminal a script and the lockrun it starts with `&` share one
+/// process group (no job control in scripts). A signal from the script's
+/// other processes (a watchdog subshell's `kill $pid`) is meant for
+/// lockrun alone, and is forwarded: only the command's own are not.
+#[test]
+fn on_a_terminal_a_watchdog_subshells_signal_is_still_forwarded() {
+    if !needs("script", "a pseudo-terminal to test with") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (script, out) = (dir.path().join("command.sh"), dir.path().join("out"));
+    std::fs::write(&script, KILLS_ITS_GROUP).unwrap();
+    let caller = format!(
+        r#"{} {} sh {} {} &
+pid=$!
+until grep -q ready "$out"; do sleep 0.01; done
+( kill -USR2 $pid )
+until grep -q 'got USR2' "$out"; do sleep 0.01; done
+( kill -USR2 $pid )
+wait $pid
+echo "lockrun exited $?" >>"$out""#,
+        common::bin(),
+        lock.display(),
+        script.display(),
+        out.display()
+    );
+    let mut start = Command::new("script");
+    start
+        .args([
+            "-qec",
+            &format!("out={}; {caller}", out.display()),
+            "/dev/null",
+        ])
+        .env("SHELL", "/bin/sh");
+    let _terminal = Background::spawn(start);
+    let lines = || -> Vec<String> {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        text.lines().skip(1).map(str::to_owned).collect()
+    };
+    wait_for("lockrun to exit", || {
+        lines()
+            .last()
+            .is_some_and(|l| l.starts_with("lockrun exited"))
+    });
+    assert_eq!(lines(), ["got USR2", "got USR2", "lockrun exited 0"]);
+}
+
+#[test]
+fn forward_takes_auto_or_never_and_needs_a_command() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    for ok in [
+        &["--forward", "auto"][..],
+        &["--forward=never"],
+        &["--forward", "never", "-F"],
+    ] {
+        lockrun().args(ok).arg(&lock).arg("true").assert().success();
+    }
+    let out = lockrun()
+        .args(["--forward", "sometimes"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("--forward") && text.contains("sometimes"),
+        "{text}"
+    );
+    let out = lockrun()
+        .args(["--forward", "never", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--forward"));
+}
+
+/// GNU timeout without --foreground signals its child, then its whole
+/// group. With `--forward never` the command hears it once, from the
+/// group, and lockrun ends as the command does.
+#[test]
+fn under_gnu_timeout_with_forward_never_the_command_hears_the_timeout_once() {
+    if !needs("timeout", "GNU timeout") || !needs("setsid", "to start timeout in its own session") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (script, out) = (dir.path().join("command.sh"), dir.path().join("out"));
+    std::fs::write(
+        &script,
+        "exec >>\"$1\"\ntrap 'echo got TERM' TERM\ntrap 'exit 3' USR2\necho ready $$\nwhile :; do sleep 0.05 & wait $!; done\n",
+    )
+    .unwrap();
+    // Its own session: timeout's group signal must reach nothing of ours.
+    let mut start = Command::new("setsid");
+    start
+        .args(["timeout", "1h"])
+        .arg(common::bin())
+        .args(["--forward", "never"])
+        .arg(&lock)
+        .arg("sh")
+        .arg(&script)
+        .arg(&out);
+    let mut timeout = Background::spawn(start);
+    let lines = || std::fs::read_to_string(&out).unwrap_or_default();
+    wait_for("the command to be ready", || lines().ends_with('\n'));
+    let command: i32 = lines()["ready ".len()..].trim().parse().unwrap();
+    let lockrun = parent_of(command).unwrap();
+    // SIGALRM is timeout's own timer going off: the time limit, now.
+    // (setsid, not a group leader, has exec'd timeout.)
+    kill(timeout.pid(), "ALRM");
+    wait_for("the command to hear it", || lines().contains("got TERM"));
+    // A copy forwarded by lockrun is pending at the command once lockrun
+    // has taken its TERM and waits again (unless the two merged).
+    wait_for("lockrun to take its TERM and wait again", || {
+        !signal_pending(lockrun, libc::SIGTERM) && process_state(lockrun) == Some('S')
+    });
+    kill(command, "USR2");
+    let status = timeout.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(124), "timeout's status: {status:?}");
+    assert_eq!(
+        lines(),
+        format!("ready {command}\ngot TERM\n"),
+        "the command heard the timeout twice"
+    );
+    assert_eq!(record_json(&lock)["exit"], serde_json::json!({ "code": 3 }));
+}

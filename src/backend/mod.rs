@@ -100,6 +100,8 @@ pub struct RunSettings {
     pub quiet: bool,
     pub verbose: bool,
     pub write_record: bool,
+    /// Signals sent to lockrun go on to the command (`--forward auto`).
+    pub forward_signals: bool,
     /// `--max-time`: stop everything holding the lock after this long.
     pub max_time: Option<std::time::Duration>,
     /// After `--max-time` (or a lost lock), SIGKILL this long after SIGTERM.

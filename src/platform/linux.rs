@@ -154,12 +154,50 @@ pub fn own_start_time_since(before: BeforeStart) -> Option<u64> {
     (now >= before.boot_ns && now / before.tick_ns == tick).then_some(tick)
 }
 
+/// The parent of `pid`, for a signal handler: raw system calls into a
+/// stack buffer, no allocation.
+pub fn parent_without_allocating(pid: i32) -> Option<i32> {
+    use rustix::fs::{Mode, OFlags};
+    let mut path = [0u8; 32];
+    let mut len = 0;
+    let digits = decimal(pid.try_into().ok()?);
+    for part in [&b"/proc/"[..], &digits[..], b"/stat\0"] {
+        for &b in part.iter().filter(|&&b| b != b' ') {
+            *path.get_mut(len)? = b;
+            len += 1;
+        }
+    }
+    let path = std::ffi::CStr::from_bytes_with_nul(path.get(..len)?).ok()?;
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let mut buf = [0u8; 1024];
+    let n = rustix::io::read(&fd, &mut buf).ok()?;
+    stat_field(buf.get(..n)?, 4).and_then(|ppid| i32::try_from(ppid).ok())
+}
+
+/// `n` in decimal, right-aligned in spaces.
+fn decimal(mut n: u32) -> [u8; 10] {
+    let mut digits = [b' '; 10];
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits
+}
+
 fn parse_start_time(stat: &[u8]) -> Option<u64> {
+    stat_field(stat, 22)
+}
+
+/// Field `number` (from 1, past the command name) of /proc/PID/stat.
+fn stat_field(stat: &[u8], number: usize) -> Option<u64> {
     // The command name (field 2) is in parentheses and may itself contain
     // spaces and parentheses, so count fields from the last ')'.
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = stat.get(close + 2..)?;
-    let field = rest.split(|&b| b == b' ').nth(22 - 3)?;
+    let field = rest.split(|&b| b == b' ').nth(number.checked_sub(3)?)?;
     let mut value: u64 = 0;
     if field.is_empty() {
         return None;
@@ -492,6 +530,21 @@ fn parse_lock_line(line: &str) -> Option<LockLine> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_parent_without_allocating() {
+        let me = std::process::id() as i32;
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() };
+        assert_eq!(parent_without_allocating(me), Some(parent));
+        assert_eq!(parent_without_allocating(0), None);
+        assert_eq!(parent_without_allocating(-5), None);
+        // Above any pid_max (2^22): no such process.
+        assert_eq!(parent_without_allocating(i32::MAX), None);
+        assert_eq!(stat_field(b"7 (a) b) S 1 7 7", 4), Some(1));
+        assert_eq!(stat_field(b"7 (a) S", 4), None);
+        assert_eq!(stat_field(b"no parenthesis", 4), None);
+    }
 
     #[test]
     fn parses_held_and_waiting_lock_lines() {

@@ -27,6 +27,10 @@ pub fn before_start() -> Option<BeforeStart> {
 pub fn own_start_time_since(_before: BeforeStart) -> Option<u64> {
     None
 }
+pub fn parent_without_allocating(_pid: i32) -> Option<i32> {
+    None
+}
+
 pub fn process_cmdline(_pid: i32) -> Option<Vec<String>> {
     None
 }

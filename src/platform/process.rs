@@ -154,11 +154,19 @@ pub fn stop_all(
 /// apart by their code instead (see run::signals). A session leader cannot
 /// leave its group (setsid, systemd services): it stays, and a signal to
 /// its group reaches the command twice. A group leader joins its parent's
-/// group, the only other one it may join. Returns whether lockrun moved.
-pub fn leave_command_group() -> bool {
-    if has_controlling_terminal() {
-        return false;
+/// group, the only other one it may join. Returns the group lockrun still
+/// shares with the command, or 0 once it has moved.
+pub fn leave_command_group() -> i32 {
+    // SAFETY: only reads our own process group (libc: in a child PID
+    // namespace a group outside it reads as 0, which rustix's Pid refuses).
+    let shared = unsafe { libc::getpgrp() };
+    if has_controlling_terminal() || !moved_out_of_the_group() {
+        return shared;
     }
+    0
+}
+
+fn moved_out_of_the_group() -> bool {
     // libc rather than rustix: in a child PID namespace a session, group or
     // parent outside it reads as 0, which rustix's Pid refuses (a panic).
     // SAFETY: these calls only read or set our own process's ids.

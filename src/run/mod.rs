@@ -112,6 +112,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     if !flow.exec_in_place {
         signals::install_for_command()?;
     }
+    signals::forward(flow.settings.forward_signals);
 
     // Everything that does not need the lock is prepared before taking it,
     // so that a waiter that gets the lock starts its command at once.
@@ -166,8 +167,8 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     // Before anything else: the sooner lockrun is out of the command's
     // process group, the shorter the moment in which a signal to that group
     // reaches the command twice.
-    platform::leave_command_group();
-    signals::command_started(pid);
+    let shared_group = platform::leave_command_group();
+    signals::command_started(pid, shared_group);
     held.command_started(pid);
     if let Some(recording) = &mut recording {
         recording.started(&mut held, pid);

@@ -28,6 +28,12 @@ const SI_KERNEL: i32 = 0x80;
 /// be a zombie not yet reaped: its pid must not be signalled any more, it
 /// could soon belong to someone else).
 static COMMAND: AtomicI32 = AtomicI32::new(0);
+/// Whether signals sent to lockrun go on to the command: not with
+/// `--forward never`, for supervisors that signal every process themselves.
+static FORWARD: AtomicBool = AtomicBool::new(true);
+/// The process group lockrun still shares with the command (on a terminal,
+/// or as a session leader), else 0. See [`from_the_commands_group`].
+static SHARED_GROUP: AtomicI32 = AtomicI32::new(0);
 /// Signals that arrived before the command existed, one bit each.
 static PENDING: AtomicU64 = AtomicU64::new(0);
 /// Write end of the wake-up pipe while lockrun waits for the lock, else -1.
@@ -84,10 +90,19 @@ pub fn install() -> io::Result<()> {
     result
 }
 
+/// si_code of a signal sent with kill(2), the only call that can signal a
+/// whole process group.
+const SI_USER: i32 = 0;
+
 extern "C" fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo.
-    let code = unsafe { info.as_ref() }.map_or(0, |info| info.si_code);
-    crate::platform::keeping_errno(|| on_signal(sig, code == SI_KERNEL));
+    let info = unsafe { info.as_ref() };
+    let code = info.map_or(0, |info| info.si_code);
+    // SAFETY: si_pid is the sender's pid for a signal sent by kill(2).
+    let sender = info
+        .filter(|_| code == SI_USER)
+        .map_or(0, |info| unsafe { info.si_pid() });
+    crate::platform::keeping_errno(|| on_signal(sig, code == SI_KERNEL, sender));
 }
 
 /// [`install`], for a command about to be started: a failure ends lockrun.
@@ -115,10 +130,10 @@ fn is_ignored(sig: i32) -> bool {
     read == 0 && unsafe { current.assume_init() }.sa_sigaction == libc::SIG_IGN
 }
 
-fn on_signal(sig: i32, from_kernel: bool) {
+fn on_signal(sig: i32, from_kernel: bool, sender: i32) {
     let command = COMMAND.load(SeqCst);
     if command > 0 {
-        if !from_kernel {
+        if !from_kernel && FORWARD.load(SeqCst) && !from_the_commands_group(sender) {
             send(command, sig);
         }
         return;
@@ -138,6 +153,43 @@ fn on_signal(sig: i32, from_kernel: bool) {
     }
 }
 
+/// Whether a signal from `sender` (0: unknown) came from the command or
+/// one of its children while they share lockrun's process group: that is
+/// `kill 0` (a script's `trap 'kill 0' EXIT`), which reached the command
+/// already. Anyone else's signal may have been sent to lockrun alone (a
+/// script's `kill $!`, a watchdog subshell's), and is forwarded.
+/// Async-signal-safe: plain system calls, no allocation.
+fn from_the_commands_group(sender: i32) -> bool {
+    let (group, command) = (SHARED_GROUP.load(SeqCst), COMMAND.load(SeqCst));
+    // SAFETY: getpgid only reads a process's group.
+    if group <= 0 || sender <= 0 || command <= 0 || unsafe { libc::getpgid(sender) } != group {
+        return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let mut pid = sender;
+    // Bounded: a chain of parents cannot loop, but pids are reused.
+    for _ in 0..64 {
+        if pid == command {
+            return true;
+        }
+        if pid <= 1 || pid == me {
+            return false;
+        }
+        match crate::platform::parent_without_allocating(pid) {
+            Some(parent) => pid = parent,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// `--forward never`: signals sent to lockrun while the command runs stay
+/// with lockrun (set before the command starts).
+pub fn forward(forward: bool) {
+    FORWARD.store(forward, SeqCst);
+}
+
 /// Marks the main thread as blocked in flock(2) (or no longer): a signal
 /// meanwhile makes lockrun exit 128+N at once.
 pub fn blocked_in_flock(blocked: bool) {
@@ -151,8 +203,11 @@ pub fn pending() -> Option<i32> {
 }
 
 /// The command runs as `pid`: from now on signals go to it, starting with
-/// any that arrived meanwhile.
-pub fn command_started(pid: i32) {
+/// any that arrived meanwhile (with `--forward never` too: no supervisor
+/// can have signalled a command that did not exist yet). `shared_group`
+/// is the process group lockrun still shares with it, or 0.
+pub fn command_started(pid: i32, shared_group: i32) {
+    SHARED_GROUP.store(shared_group, SeqCst);
     COMMAND.store(pid, SeqCst);
     let mut bits = PENDING.swap(0, SeqCst);
     while bits != 0 {
