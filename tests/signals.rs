@@ -276,17 +276,21 @@ fn a_signal_ignored_at_start_stays_ignored_for_lockrun_and_the_command() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&output.stdout), "survived\n");
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    // A signal that was not ignored is still forwarded.
-    let output = Command::new("sh")
+    // A signal that was not ignored is still forwarded. (Sent by the test:
+    // on a terminal, lockrun keeps what the command sends its own group.)
+    let mut start = Command::new("sh");
+    start
         .args([
             "-c",
-            r#"trap '' INT; exec "$0" "$1" sh -c 'kill -HUP $PPID; exec sleep 5'"#,
+            r#"trap '' INT; exec "$0" "$1" sh -c 'echo ready; exec sleep 30'"#,
             common::bin(),
         ])
-        .arg(&lock)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.signal(), Some(1), "{output:?}");
+        .arg(&lock);
+    let mut lockrun = Background::spawn(start);
+    assert_eq!(lockrun.line(BOUND).as_deref(), Some("ready"));
+    kill(lockrun.pid(), "HUP");
+    let status = lockrun.wait_exit(BOUND);
+    assert_eq!(status.signal(), Some(1), "{status:?}");
 }
 
 #[test]
@@ -586,13 +590,21 @@ fn a_group_leader_joins_its_callers_group_and_each_group_signal_arrives_once() {
 }
 
 /// A command that signals its own process group (a script's `trap 'kill
-/// 0' EXIT`) on USR1, and writes every signal it receives into the file
-/// named by $1 (a terminal's output would stop with script(1), which
-/// stops itself when its child is stopped).
+/// 0' EXIT`) on USR1, itself or, with KILL_FROM=child, from a child that
+/// stays alive (ignoring the TERM) until the test kills it. It writes
+/// every signal it receives into the file named by $1 (a terminal's output
+/// would stop with script(1), which stops itself when its child is stopped).
 const KILLS_ITS_GROUP: &str = r#"
 exec >>"$1"
+kill_group() {
+  if [ "$KILL_FROM" = child ]; then
+    sh -c 'trap "" TERM; kill -TERM 0; echo killer $$; exec sleep 600 </dev/null 2>/dev/null' &
+  else
+    kill -TERM 0
+  fi
+}
 trap 'echo got TERM' TERM
-trap 'kill -TERM 0' USR1
+trap kill_group USR1
 n=0; trap 'echo got USR2; n=$((n+1)); [ $n -ge 2 ] && exit 0' USR2
 echo ready $$ $PPID
 while :; do sleep 0.05 & wait $!; done
@@ -606,6 +618,7 @@ while :; do sleep 0.05 & wait $!; done
 fn the_commands_kill_zero_reaches_it_once(
     start: impl FnOnce(&std::path::Path, &std::path::Path, &std::path::Path) -> Command,
     how: &str,
+    from_a_child: bool,
 ) {
     let dir = temp_dir();
     let lock = lock_in(&dir);
@@ -614,10 +627,36 @@ fn the_commands_kill_zero_reaches_it_once(
         dir.path().join("out"),
     );
     std::fs::write(&script, KILLS_ITS_GROUP).unwrap();
-    let caller = Background::spawn(start(&lock, &script, &out));
+    let mut start = start(&lock, &script, &out);
+    if from_a_child {
+        start.env("KILL_FROM", "child");
+    }
+    let caller = Background::spawn(start);
+    let killer = || -> Option<i32> {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("killer ")?.parse().ok())
+    };
+    // The killing child outlives lockrun: gone at the end, even when an
+    // assertion fails.
+    struct Reap<F: Fn() -> Option<i32>>(F);
+    impl<F: Fn() -> Option<i32>> Drop for Reap<F> {
+        fn drop(&mut self) {
+            if let Some(pid) = (self.0)() {
+                // SAFETY: kill(2) on the child this test's command started
+                // and that waits in sleep(1) for it.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    let _reap = Reap(killer);
+    // The child's line comes in no particular order.
     let lines = || -> Vec<String> {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
-        text.lines().map(str::to_owned).collect()
+        text.lines()
+            .filter(|l| !l.starts_with("killer "))
+            .map(str::to_owned)
+            .collect()
     };
     let lines_after = |n: usize| {
         wait_for("the command's next line", || lines().len() > n);
@@ -645,6 +684,10 @@ fn the_commands_kill_zero_reaches_it_once(
     wait_for("lockrun to stop", || process_state(lockrun) == Some('T'));
     kill(command, "USR1");
     assert_eq!(lines_after(1)[1..], ["got TERM"], "{how}");
+    if from_a_child {
+        // Alive, so that lockrun can follow its parents.
+        wait_for("the killing child's line", || killer().is_some());
+    }
     kill(lockrun, "CONT");
     for n in [2, 3] {
         kill(lockrun, "USR2");
@@ -666,26 +709,34 @@ fn a_session_leaders_command_that_signals_its_own_group_gets_the_signal_once() {
     if !needs("setsid", "to start lockrun as a session leader") {
         return;
     }
-    the_commands_kill_zero_reaches_it_once(
-        |lock, script, out| {
-            // Not a group leader, setsid(1) calls setsid(2) itself and
-            // execs: a service manager's arrangement.
-            let mut start = Command::new("setsid");
-            start
-                .arg(common::bin())
-                .arg(lock)
-                .arg("sh")
-                .arg(script)
-                .arg(out);
-            start
-        },
-        "session leader",
-    );
+    for (how, from_a_child) in [
+        ("session leader", false),
+        ("session leader, from a child", true),
+    ] {
+        the_commands_kill_zero_reaches_it_once(
+            |lock, script, out| {
+                // Not a group leader, setsid(1) calls setsid(2) itself and
+                // execs: a service manager's arrangement.
+                let mut start = Command::new("setsid");
+                start
+                    .arg(common::bin())
+                    .arg(lock)
+                    .arg("sh")
+                    .arg(script)
+                    .arg(out);
+                start
+            },
+            how,
+            from_a_child,
+        );
+    }
 }
 
 #[test]
 fn on_a_terminal_a_command_that_signals_its_own_group_gets_the_signal_once() {
-    if !needs("script", "a pseudo-terminal to test with") {
+    if !needs("script", "a pseudo-terminal to test with")
+        || !needs("setsid", "to give script(1) a session of its own")
+    {
         return;
     }
     the_commands_kill_zero_reaches_it_once(
@@ -697,11 +748,18 @@ fn on_a_terminal_a_command_that_signals_its_own_group_gets_the_signal_once() {
                 script.display(),
                 out.display()
             );
-            let mut start = Command::new("script");
-            start.args(["-qec", &inner, "/dev/null"]);
+            // script(1) stops itself while its child is stopped. In the
+            // test binary's process group, a stopped member makes the
+            // kernel send SIGHUP to the whole group (the test binary and
+            // cargo included) as soon as another test's command exits
+            // with its lockrun outside the group: the group then counts
+            // as orphaned with a stopped job. Hence a session of its own.
+            let mut start = Command::new("setsid");
+            start.args(["script", "-qec", &inner, "/dev/null"]);
             start
         },
         "terminal",
+        false,
     );
 }
 

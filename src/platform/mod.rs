@@ -21,7 +21,7 @@ mod process;
 mod spawn;
 mod threads;
 pub use helpers::{ANSWERED, Bell, Helpers};
-pub use process::{Target, leave_command_group, stop_all, wait_exited};
+pub use process::{Target, group_kept_with_command, leave_command_group, stop_all, wait_exited};
 pub use spawn::{CommandLine, die_with_parent, start_command};
 pub use threads::{
     block_signals_on_this_thread, interrupt_helper, interrupt_signal_in_use, spawn_helper,

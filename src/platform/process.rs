@@ -141,29 +141,44 @@ pub fn stop_all(
     stopped
 }
 
-/// Called once the command runs: lockrun leaves the process group it shares
-/// with the command, so that a signal sent to that whole group (`kill --
-/// -PGID`, a CI runner's or `timeout -k`'s clean-up, SIGKILL included)
-/// reaches the command and everything it started directly, once, and not a
-/// second time through lockrun's forwarding. A signal that still reaches
-/// lockrun was then sent to lockrun itself, and forwarding it is right.
+/// Where the command will run: in lockrun's process group, which lockrun
+/// leaves once the command runs ([`leave_command_group`]) so that a signal
+/// sent to that whole group (`kill -- -PGID`, a CI runner's or `timeout
+/// -k`'s clean-up, SIGKILL included) reaches the command and everything it
+/// started directly, once, and not a second time through lockrun's
+/// forwarding. A signal that still reaches lockrun was then sent to
+/// lockrun itself, and forwarding it is right.
 ///
 /// Not on a controlling terminal: there the shell's job control needs
 /// lockrun and the command in one group (Ctrl-Z must stop both, `fg` must
 /// give the terminal to both), and the terminal's own signals are told
 /// apart by their code instead (see run::signals). A session leader cannot
-/// leave its group (setsid, systemd services): it stays, and a signal to
-/// its group reaches the command twice. A group leader joins its parent's
-/// group, the only other one it may join. Returns the group lockrun still
-/// shares with the command, or 0 once it has moved.
-pub fn leave_command_group() -> i32 {
-    // SAFETY: only reads our own process group (libc: in a child PID
-    // namespace a group outside it reads as 0, which rustix's Pid refuses).
-    let shared = unsafe { libc::getpgrp() };
-    if has_controlling_terminal() || !moved_out_of_the_group() {
-        return shared;
+/// leave its group (setsid, systemd services): it stays.
+///
+/// Returns the group lockrun will go on sharing with the command, or 0 if
+/// it is to leave: decided before the command starts, so that a signal in
+/// the moment between the start and the move is judged as later ones are.
+pub fn group_kept_with_command() -> i32 {
+    // SAFETY: only reads our own ids (libc: in a child PID namespace a
+    // group or session outside it reads as 0, which rustix's Pid refuses).
+    let (group, session, me) = unsafe { (libc::getpgrp(), libc::getsid(0), libc::getpid()) };
+    if session == me || session < 0 || has_controlling_terminal() {
+        group
+    } else {
+        0
     }
-    0
+}
+
+/// Called once the command runs, where [`group_kept_with_command`] said 0.
+/// A group leader joins its parent's group, the only other one it may
+/// join. Returns the group lockrun still shares with the command: 0 once it
+/// has moved, its own if it could not.
+pub fn leave_command_group() -> i32 {
+    if moved_out_of_the_group() {
+        return 0;
+    }
+    // SAFETY: only reads our own process group.
+    unsafe { libc::getpgrp() }
 }
 
 fn moved_out_of_the_group() -> bool {

@@ -122,6 +122,13 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         ("LOCKRUN_MODE", OsStr::new(flow.mode.as_str())),
     ];
     let mut command = command_line(&flow.settings.command, &env, &[])?;
+    // Whether lockrun will stay in the command's process group (a terminal,
+    // a session leader) does not change while it waits.
+    let kept_group = if flow.exec_in_place {
+        0
+    } else {
+        platform::group_kept_with_command()
+    };
 
     let mut progress = Progress::new(
         flow.label.clone(),
@@ -152,6 +159,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     }
 
     let told_by_child = recording.as_ref().and_then(Recording::for_child);
+    signals::command_starting(kept_group);
     let started = start(&command, told_by_child.clone(), &held);
     let pid = match started {
         Ok(pid) => pid,
@@ -167,7 +175,10 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     // Before anything else: the sooner lockrun is out of the command's
     // process group, the shorter the moment in which a signal to that group
     // reaches the command twice.
-    let shared_group = platform::leave_command_group();
+    let shared_group = match kept_group {
+        0 => platform::leave_command_group(),
+        kept => kept,
+    };
     signals::command_started(pid, shared_group);
     held.command_started(pid);
     if let Some(recording) = &mut recording {
@@ -214,6 +225,7 @@ fn start<H: Held>(
     // command): `held` outlives the start.
     unsafe {
         platform::start_command(command, signals::handled(), move || {
+            signals::command_exists();
             if let (Some(child), Some(fd)) = (&child_record, record_fd) {
                 crate::platform::tolerating_file_size_limit(|| {
                     child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd), before);

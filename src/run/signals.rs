@@ -34,6 +34,11 @@ static FORWARD: AtomicBool = AtomicBool::new(true);
 /// The process group lockrun still shares with the command (on a terminal,
 /// or as a session leader), else 0. See [`from_the_commands_group`].
 static SHARED_GROUP: AtomicI32 = AtomicI32::new(0);
+/// The command's pid, set from the command's own process before its exec
+/// (on Linux it shares our memory until then), while lockrun has not yet
+/// come back from starting it; 0 before. Only compared, never signalled:
+/// if the exec fails, the pid is soon reaped and free for reuse.
+static STARTING: AtomicI32 = AtomicI32::new(0);
 /// Signals that arrived before the command existed, one bit each.
 static PENDING: AtomicU64 = AtomicU64::new(0);
 /// Write end of the wake-up pipe while lockrun waits for the lock, else -1.
@@ -133,12 +138,19 @@ fn is_ignored(sig: i32) -> bool {
 fn on_signal(sig: i32, from_kernel: bool, sender: i32) {
     let command = COMMAND.load(SeqCst);
     if command > 0 {
-        if !from_kernel && FORWARD.load(SeqCst) && !from_the_commands_group(sender) {
+        if forwards(from_kernel, sender, command, SHARED_GROUP.load(SeqCst)) {
             send(command, sig);
         }
         return;
     }
     if command < 0 {
+        return;
+    }
+    // The command exists, but lockrun has not yet come back from starting
+    // it: the same rules, with the group lockrun will share with it.
+    // Whatever passes is sent when lockrun is back.
+    let starting = STARTING.load(SeqCst);
+    if starting > 0 && !forwards(from_kernel, sender, starting, SHARED_GROUP.load(SeqCst)) {
         return;
     }
     if BLOCKED_IN_FLOCK.load(SeqCst) {
@@ -153,14 +165,21 @@ fn on_signal(sig: i32, from_kernel: bool, sender: i32) {
     }
 }
 
+/// Whether a signal that reached lockrun while `command` exists goes on
+/// to it: not the terminal's own (the kernel's: they reached the whole
+/// foreground group), not with `--forward never`, and not one the command
+/// sent its own group (see [`from_the_commands_group`]).
+fn forwards(from_kernel: bool, sender: i32, command: i32, group: i32) -> bool {
+    !from_kernel && FORWARD.load(SeqCst) && !from_the_commands_group(sender, command, group)
+}
+
 /// Whether a signal from `sender` (0: unknown) came from the command or
 /// one of its children while they share lockrun's process group: that is
 /// `kill 0` (a script's `trap 'kill 0' EXIT`), which reached the command
 /// already. Anyone else's signal may have been sent to lockrun alone (a
 /// script's `kill $!`, a watchdog subshell's), and is forwarded.
 /// Async-signal-safe: plain system calls, no allocation.
-fn from_the_commands_group(sender: i32) -> bool {
-    let (group, command) = (SHARED_GROUP.load(SeqCst), COMMAND.load(SeqCst));
+fn from_the_commands_group(sender: i32, command: i32, group: i32) -> bool {
     // SAFETY: getpgid only reads a process's group.
     if group <= 0 || sender <= 0 || command <= 0 || unsafe { libc::getpgid(sender) } != group {
         return false;
@@ -184,6 +203,16 @@ fn from_the_commands_group(sender: i32) -> bool {
     false
 }
 
+/// Called in the command's process between clone and exec, which on Linux
+/// shares lockrun's memory (elsewhere it changes the child's copy only, and
+/// a signal in that moment reaches the command as if it came before).
+/// Async-signal-safe.
+pub fn command_exists() {
+    // SAFETY: getpid has no preconditions (a system call: nothing cached
+    // from the parent).
+    STARTING.store(unsafe { libc::getpid() }, SeqCst);
+}
+
 /// `--forward never`: signals sent to lockrun while the command runs stay
 /// with lockrun (set before the command starts).
 pub fn forward(forward: bool) {
@@ -200,6 +229,12 @@ pub fn blocked_in_flock(blocked: bool) {
 pub fn pending() -> Option<i32> {
     let bits = PENDING.load(SeqCst);
     (bits != 0).then(|| bits.trailing_zeros() as i32)
+}
+
+/// The command is about to start; `kept_group` is the process group lockrun
+/// will go on sharing with it, or 0.
+pub fn command_starting(kept_group: i32) {
+    SHARED_GROUP.store(kept_group, SeqCst);
 }
 
 /// The command runs as `pid`: from now on signals go to it, starting with
