@@ -18,7 +18,15 @@ pub struct Progress {
     timeout: Option<Duration>,
     announced: bool,
     line_shown: bool,
+    /// The holder the line names, and when in the wait it was asked.
+    holder: Option<(String, Duration)>,
 }
+
+/// How often the live line asks who holds the lock. The time on it moves
+/// every tick; asking as often would cost a lock URL's server a request per
+/// waiter per tick (200 waiters on one terminal kept an etcd member too
+/// busy to grant new leases).
+const HOLDER_REFRESH: Duration = Duration::from_secs(2);
 
 impl Progress {
     pub fn new(label: String, verbose: bool, quiet: bool, timeout: Option<Duration>) -> Self {
@@ -30,6 +38,7 @@ impl Progress {
             timeout,
             announced: false,
             line_shown: false,
+            holder: None,
         }
     }
 }
@@ -54,16 +63,24 @@ impl WaitObserver for Progress {
             crate::say!("lockrun: waiting for {}, held by {held}", self.label);
         }
         if self.is_live() && waited >= Duration::from_secs(1) {
-            let holder = lock
-                .holder()
-                .unwrap_or_else(|| "another process".to_owned());
+            let stale = self
+                .holder
+                .as_ref()
+                .is_none_or(|(_, asked)| waited.saturating_sub(*asked) >= HOLDER_REFRESH);
+            if stale {
+                let holder = lock
+                    .holder()
+                    .unwrap_or_else(|| "another process".to_owned());
+                self.holder = Some((holder, waited));
+            }
+            let holder = self.holder.as_ref().map_or("", |(h, _)| h.as_str());
             let limit = self
                 .timeout
                 .map(|t| format!(" / {}", display::span(t)))
                 .unwrap_or_default();
             let line = status_line(
                 &self.label,
-                &holder,
+                holder,
                 &format!("{}{limit}", display::span(waited)),
                 terminal_columns(),
             );

@@ -542,7 +542,7 @@ impl Client {
         deadline: Instant,
     ) -> Result<Option<u16>, EtcdError> {
         loop {
-            let (holders, _) = self.oldest_n(name, n)?;
+            let (holders, count) = self.oldest_n(name, n)?;
             if !holders
                 .iter()
                 .any(|kv| kv.key == key && kv.create_revision == revision)
@@ -564,6 +564,26 @@ impl Client {
             compares.extend(others.iter().map(|kv| {
                 ec::Compare::mod_revision(kv.key.as_str(), ec::CompareOp::Equal, kv.mod_revision)
             }));
+            // With fewer than N keys in all, a key created after our read
+            // holds at once, leaving none of `others`: it may have claimed
+            // the number we chose. Then no key may be newer than what we read.
+            // (With N or more, a newcomer holds only once one of `others`
+            // has gone, which the compares above see.)
+            if count <= usize::from(n) {
+                let newest = holders
+                    .iter()
+                    .map(|kv| kv.create_revision)
+                    .max()
+                    .unwrap_or(0);
+                compares.push(
+                    ec::Compare::create_revision(
+                        format!("{name}/"),
+                        ec::CompareOp::Less,
+                        newest + 1,
+                    )
+                    .with_prefix(),
+                );
+            }
             let put = ec::TxnOp::put(
                 key,
                 value_for(slot),
