@@ -161,9 +161,10 @@ pub fn stop_all(
 pub fn group_kept_with_command() -> i32 {
     // SAFETY: only reads our own ids (libc: in a child PID namespace a
     // group or session outside it reads as 0, which rustix's Pid refuses).
-    let (group, session, me) = unsafe { (libc::getpgrp(), libc::getsid(0), libc::getpid()) };
+    let (session, me) = unsafe { (libc::getsid(0), libc::getpid()) };
     if session == me || session < 0 || has_controlling_terminal() {
-        group
+        // SAFETY: as above.
+        unsafe { libc::getpgrp() }
     } else {
         0
     }
@@ -185,17 +186,15 @@ fn moved_out_of_the_group() -> bool {
     // libc rather than rustix: in a child PID namespace a session, group or
     // parent outside it reads as 0, which rustix's Pid refuses (a panic).
     // SAFETY: these calls only read or set our own process's ids.
+    // Not a session leader: group_kept_with_command said so (and setpgid
+    // would refuse one).
     unsafe {
         let me = libc::getpid();
-        let session = libc::getsid(0);
-        if session == me || session < 0 {
-            return false;
-        }
         if libc::getpgrp() != me {
             return libc::setpgid(0, 0) == 0;
         }
         let parent = libc::getppid();
-        if parent <= 0 || libc::getsid(parent) != session {
+        if parent <= 0 || libc::getsid(parent) != libc::getsid(0) {
             return false;
         }
         let group = libc::getpgid(parent);
