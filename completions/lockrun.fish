@@ -35,7 +35,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l length -d 'Lock N bytes
 complete -c lockrun -n "__fish_lockrun_needs_command" -l fd -d 'Lock the inherited descriptor FD, then run COMMAND' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l timeout -l wait -d 'Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5; at most 100 years); 0 is -n [default: wait for ever]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l poll -d 'Retry every INTERVAL (at least 1ms) instead of a blocking kernel wait' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired [default: 75; 1 as flock]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired [default: 75; 1 in fd mode and as flock]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s c -l command -d 'Run SHELL_COMMAND with "$SHELL" -c (default /bin/sh)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l forward -d 'Pass signals sent to lockrun on to the command (auto), or not (never: for a supervisor that signals every process itself, as systemd\'s KillMode=control-group) [default: auto]' -r -f -a "auto\t'Those the command cannot have received itself (docs/GUIDE.md, "Signals")'
 never\t'None: the supervisor signals every process itself'"

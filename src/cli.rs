@@ -90,7 +90,9 @@ pub struct Cli {
 #[derive(Debug, Parser)]
 #[command(
     name = "flock",
-    version,
+    // `flock --version` says what it is, as util-linux's says
+    // "flock from util-linux 2.38.1".
+    version = concat!("(lockrun ", env!("CARGO_PKG_VERSION"), ")"),
     about = "Manage file locks from shell scripts (lockrun, invoked as flock)",
     override_usage = FLOCK_USAGE,
     args_override_self = true,
@@ -147,7 +149,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "INTERVAL", value_parser = parse_poll, allow_negative_numbers = true, help_heading = "Waiting")]
     poll: Option<Duration>,
 
-    /// Exit status when the lock is not acquired [default: 75; 1 as flock]
+    /// Exit status when the lock is not acquired [default: 75; 1 in fd mode and as flock]
     #[arg(
         short = 'E',
         long = "conflict-exit-code",
@@ -384,6 +386,79 @@ pub fn command_for(with_etcd: bool) -> clap::Command {
     })
 }
 
+/// The command line under the name `flock`: `-w` read as flock(1) reads it.
+fn flock_command() -> clap::Command {
+    FlockCli::command().mut_arg("timeout", |a| a.value_parser(parse_flock_timeout))
+}
+
+/// A `-w` value flock(1) parses but cannot arm its timer with (negative,
+/// infinite, NaN): flock(1) then fails with EX_OSERR, "cannot set up
+/// timer: Invalid argument", and so does lockrun under that name.
+#[derive(Debug)]
+pub struct TimerRefused;
+
+impl std::fmt::Display for TimerRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cannot set up timer: Invalid argument")
+    }
+}
+
+impl std::error::Error for TimerRefused {}
+
+/// `-w` as util-linux flock(1) reads it: strtold (decimal or hex, `inf`,
+/// `nan`, leading blanks), then whole seconds and microseconds for an
+/// interval timer; a value that truncates to zero is `-n`, as there.
+fn parse_flock_timeout(text: &str) -> Result<Duration, Box<dyn std::error::Error + Send + Sync>> {
+    let secs = c_strtod(text).ok_or_else(|| format!("invalid timeout: '{text}'"))?;
+    if !secs.is_finite() || secs.abs() >= 9.2e18 {
+        return Err(Box::new(TimerRefused));
+    }
+    let whole = secs.trunc();
+    let micros = ((secs - whole) * 1e6).trunc();
+    if whole < 0.0 || micros < 0.0 {
+        return Err(Box::new(TimerRefused));
+    }
+    // Both are whole and in range: the casts are exact.
+    let wait = Duration::from_secs(whole as u64) + Duration::from_micros(micros as u64);
+    Ok(wait.min(LONGEST_WAIT))
+}
+
+/// The whole of `text` as C's strtod reads a number, or None where it
+/// would stop early (trailing text) or read nothing.
+fn c_strtod(text: &str) -> Option<f64> {
+    let text = text.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, body) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let magnitude = match body.get(..2) {
+        Some("0x" | "0X") => hex_float(&body[2..])?,
+        // Rust's own grammar is C's decimal one, with inf/infinity/nan.
+        _ if !body.starts_with(['+', '-']) => body.parse::<f64>().ok()?,
+        _ => return None,
+    };
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// A C99 hexadecimal float's digits after `0x`: `10`, `1.8`, `.8p1`, `1p-2`.
+fn hex_float(text: &str) -> Option<f64> {
+    let (mantissa, exponent) = match text.find(['p', 'P']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    let mut value = 0f64;
+    for digit in whole.chars().chain(fraction.chars()) {
+        value = value * 16.0 + f64::from(digit.to_digit(16)?);
+    }
+    let fraction_bits = i32::try_from(fraction.len()).ok()?.checked_mul(4)?;
+    Some(value * 2f64.powi(exponent.saturating_sub(fraction_bits)))
+}
+
 /// Durations as humantime writes them (`1m30s`, `250ms`), or bare seconds
 /// with an optional fraction as flock(1) takes them (`10`, `0.5`). Longer
 /// than `LONGEST_WAIT` counts as `LONGEST_WAIT`.
@@ -485,15 +560,18 @@ where
 #[inline(never)]
 #[cold]
 fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation, Failure> {
-    end_options_at_the_fd_command(&mut args);
     if as_flock {
-        let matches = FlockCli::command().try_get_matches_from(args);
+        let cmd = flock_command();
+        end_options_at_the_command(&cmd, &mut args, true);
+        let matches = cmd.try_get_matches_from(args);
         return match matches.and_then(|m| FlockCli::from_arg_matches(&m)) {
             Ok(cli) => run_invocation(cli.run, EtcdArgs::default(), true),
-            Err(e) => clap_failure(e),
+            Err(e) => clap_failure(e, true),
         };
     }
-    let parsed = command().try_get_matches_from(args).and_then(|m| {
+    let cmd = command();
+    end_options_at_the_command(&cmd, &mut args, false);
+    let parsed = cmd.try_get_matches_from(args).and_then(|m| {
         let etcd = if HAS_LOCK_URLS {
             EtcdArgs::from_arg_matches(&m)?
         } else {
@@ -508,7 +586,7 @@ fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation
     });
     let (cli, etcd_args, inspect_access) = match parsed {
         Ok(parsed) => parsed,
-        Err(e) => return clap_failure(e),
+        Err(e) => return clap_failure(e, false),
     };
     if let Some(kind) = cli.generate {
         return Ok(Invocation::Generate(kind));
@@ -579,45 +657,66 @@ fn access_flags(access: AccessArgs) -> etcd::AccessFlags {
     }
 }
 
-/// With `--fd N`, the first non-option is the command, and everything
-/// from it on is the command's (`--fd 9 grep -n x`), as flock(1) reads it.
-/// clap would read options up to the second positional, so a `--` goes in
-/// before the command.
-fn end_options_at_the_fd_command(args: &mut Vec<OsString>) {
-    const TAKES_VALUE: [&str; 11] = [
-        "--timeout",
-        "--wait",
-        "--poll",
-        "--conflict-exit-code",
-        "--command",
-        "--start",
-        "--length",
-        "--fd",
-        "--ttl",
-        "--kill-grace",
-        "--generate",
-    ];
+/// Where the options end: the index of the first argument that is not an
+/// option nor an option's value (or of a `--`), read as clap reads `cmd`.
+/// Which options take a value comes from `cmd` itself, so this cannot drift
+/// from the definition; abbreviated long options (`--time 1`) are resolved
+/// as clap's `infer_long_args` resolves them. Also says whether `--fd` was
+/// among the options.
+fn options_end(cmd: &clap::Command, args: &[OsString]) -> (usize, bool) {
+    let options: Vec<&clap::Arg> = cmd.get_arguments().filter(|a| !a.is_positional()).collect();
+    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
+    fn long_names(a: &clap::Arg) -> Vec<&str> {
+        let mut names: Vec<&str> = a.get_long().into_iter().collect();
+        names.extend(a.get_all_aliases().unwrap_or_default());
+        names
+    }
+    // The option a `--name` means: an exact name, or the one option every
+    // name starting with it belongs to.
+    let long = |name: &str| -> Option<&clap::Arg> {
+        if let Some(exact) = options.iter().find(|a| long_names(a).contains(&name)) {
+            return Some(exact);
+        }
+        let mut matching = options
+            .iter()
+            .filter(|a| long_names(a).iter().any(|n| n.starts_with(name)));
+        let first = matching.next()?;
+        matching
+            .all(|a| a.get_id() == first.get_id())
+            .then_some(*first)
+    };
+    let short = |letter: char| {
+        options.iter().find(|a| {
+            a.get_short() == Some(letter)
+                || a.get_all_short_aliases()
+                    .unwrap_or_default()
+                    .contains(&letter)
+        })
+    };
     let mut has_fd = false;
     let mut i = 1;
     while let Some(arg) = args.get(i) {
-        let Some(text) = arg.to_str() else { return };
+        let Some(text) = arg.to_str() else { break };
         if text == "--" || !text.starts_with('-') || text == "-" {
-            if has_fd && text != "--" {
-                args.insert(i, OsString::from("--"));
-            }
-            return;
+            break;
         }
-        if let Some(long) = text.strip_prefix("--") {
-            let name = long.split('=').next().unwrap_or(long);
-            has_fd |= name == "fd";
-            if !long.contains('=') && TAKES_VALUE.contains(&text) {
+        if let Some(body) = text.strip_prefix("--") {
+            let (name, inline_value) = match body.split_once('=') {
+                Some((name, _)) => (name, true),
+                None => (body, false),
+            };
+            let option = long(name);
+            has_fd |= option.is_some_and(|a| a.get_id() == "fd");
+            if !inline_value && option.is_some_and(takes_value) {
                 i += 1;
             }
         } else {
             // A cluster: a value-taking letter takes the rest, or the next
             // argument when it is last.
-            let letters = &text[1..];
-            if let Some(at) = letters.find(['w', 'E', 'c'])
+            let letters: Vec<char> = text[1..].chars().collect();
+            if let Some(at) = letters
+                .iter()
+                .position(|&l| short(l).is_some_and(|a| takes_value(a)))
                 && at + 1 == letters.len()
             {
                 i += 1;
@@ -625,12 +724,72 @@ fn end_options_at_the_fd_command(args: &mut Vec<OsString>) {
         }
         i += 1;
     }
+    (i, has_fd)
 }
 
-fn clap_failure(e: clap::Error) -> Result<Invocation, Failure> {
+/// Puts a `--` where the command starts, so that clap, which would read
+/// options up to the second positional, leaves the command's own arguments
+/// alone:
+/// - with `--fd N`, the first non-option is the command, and everything
+///   from it on is the command's (`--fd 9 grep -n x`), as flock(1) reads it;
+/// - as `flock`, whose getopt stops at the lock file, everything after the
+///   lock file is the command's, a `-n` or a `--` included (`flock L -- cmd`
+///   tries to run `--`, as util-linux's does), unless it is `-c` and its
+///   shell command.
+fn end_options_at_the_command(cmd: &clap::Command, args: &mut Vec<OsString>, as_flock: bool) {
+    let (end, has_fd) = options_end(cmd, args);
+    let Some(first) = args.get(end) else { return };
+    let escaped = first == "--";
+    if has_fd {
+        if !escaped {
+            args.insert(end, OsString::from("--"));
+        }
+        return;
+    }
+    if !as_flock {
+        return;
+    }
+    let lock_file = if escaped { end + 1 } else { end };
+    let after = lock_file + 1;
+    let shell_form = args
+        .get(after)
+        .and_then(|a| a.to_str())
+        .is_some_and(|a| a == "-c" || a == "--command" || a.starts_with("--command="));
+    match (args.get(after), shell_form, escaped) {
+        (None, ..) => {}
+        // `flock -- L -c 'cmd'`: getopt has taken the `--`; clap would
+        // take -c as the command.
+        (Some(_), true, true) => {
+            args.remove(end);
+        }
+        (Some(_), true, false) => {}
+        (Some(_), false, true) => {}
+        (Some(_), false, false) => args.insert(after, OsString::from("--")),
+    }
+}
+
+fn clap_failure(e: clap::Error, as_flock: bool) -> Result<Invocation, Failure> {
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-        let _ = e.print();
-        return Ok(Invocation::Done);
+        // Help nobody got is a failure: flock(1) exits 1 ("write error"),
+        // lockrun 71 as for any answer it cannot write.
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        return match write!(out, "{}", e.render()).and_then(|()| out.flush()) {
+            Ok(()) => Ok(Invocation::Done),
+            Err(error) if as_flock => Err(Failure::new(
+                persona::FLOCK_WRITE_ERROR,
+                format!("write error: {error}"),
+            )),
+            Err(error) => Err(Failure::new(
+                exit_codes::OS_ERROR,
+                format!("cannot write to standard output: {error}"),
+            )),
+        };
+    }
+    if e.kind() == ErrorKind::ValueValidation
+        && std::error::Error::source(&e).is_some_and(|s| s.is::<TimerRefused>())
+    {
+        return Err(Failure::new(exit_codes::OS_ERROR, TimerRefused.to_string()));
     }
     Err(usage_failure(e))
 }
@@ -697,7 +856,12 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
             "-q" | "--quiet" => (run.quiet, run.verbose) = (true, false),
             "-v" | "--verbose" => (run.verbose, run.quiet) = (true, false),
             "-w" | "--timeout" | "--wait" => {
-                run.timeout = Some(parse_duration(plain_value(rest.next()?)?).ok()?);
+                let value = plain_value(rest.next()?)?;
+                run.timeout = Some(if subcommands {
+                    parse_duration(value).ok()?
+                } else {
+                    parse_flock_timeout(value).ok()?
+                });
             }
             "--poll" => run.poll = Some(parse_poll(plain_value(rest.next()?)?).ok()?),
             "-E" | "--conflict-exit-code" => {
@@ -714,7 +878,9 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         return None;
     }
     let mut command = rest.as_slice();
-    if command.first()? == "--" {
+    // As flock, a `--` after the lock file is the command's (clap's path
+    // says so); as lockrun it ends lockrun's options.
+    if command.first()? == "--" && subcommands {
         command = &command[1..];
     } else if is_dashed(&command[0]) {
         return None;
@@ -802,6 +968,17 @@ fn run_invocation(
                 "-F, -o, --no-record, --forward and --slots need a LOCKFILE and a COMMAND",
             ));
         }
+        // flock(1) has no such options; fd mode runs nothing to stop.
+        if args.max_time.is_some() || args.kill_grace.is_some() || etcd_args != EtcdArgs::default()
+        {
+            return Err(usage(
+                "--max-time, --kill-grace and the lock-URL options need a LOCKFILE and a COMMAND: fd mode runs no command to stop",
+            ));
+        }
+        // No command status to tell a conflict from: flock(1)'s 1, which
+        // scripts test (`flock -n 9 || exit 1`, `[ $? -eq 1 ]`), under
+        // either name (CONTRACT §4).
+        let conflict_status = args.conflict_exit_code.unwrap_or(persona::FLOCK_CONFLICT);
         return Ok(Invocation::Fd(FdOptions {
             fd,
             mode,
@@ -896,6 +1073,11 @@ fn run_invocation(
     if args.slots.is_some() && (mode == LockMode::Shared || args.no_fork) {
         return Err(usage(
             "--slots cannot be used with -s or -F: each slot is an exclusive lock that lockrun passes to the command",
+        ));
+    }
+    if args.slots.is_some() && args.fd.is_some() {
+        return Err(usage(
+            "--slots cannot be used with --fd: each slot is a lock file lockrun opens itself; give the LOCKFILE instead of a descriptor",
         ));
     }
     // A lock file asks its backend, as a lock URL does: no lease to keep.

@@ -40,7 +40,13 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
             failure.status
         }
     };
-    persona::flush_stdout();
+    let status = match persona::flush_stdout() {
+        Ok(()) => status,
+        Err(e) => {
+            lockrun::say!("{}: write error: {e}", persona::name());
+            persona::FLOCK_WRITE_ERROR
+        }
+    };
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(status));
 }

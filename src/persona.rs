@@ -23,6 +23,8 @@ static AS_FLOCK: AtomicBool = AtomicBool::new(false);
 pub const FLOCK_CONFLICT: u8 = 1;
 /// flock(1) when the lock call itself fails (EX_DATAERR).
 pub const FLOCK_LOCK_FAILED: u8 = 65;
+/// flock(1) when its standard output cannot be written at exit.
+pub const FLOCK_WRITE_ERROR: u8 = 1;
 /// flock(1) when the command cannot be executed (EX_UNAVAILABLE).
 pub const FLOCK_EXEC_FAILED: u8 = 69;
 
@@ -65,13 +67,19 @@ fn print_flock_line(line: std::fmt::Arguments<'_>) {
 }
 
 /// Writes what `print_flock_line` held back; called as lockrun exits.
-pub fn flush_stdout() {
-    if let Ok(mut pending) = PENDING.lock()
-        && !pending.is_empty()
-    {
-        let _ = std::io::stdout().lock().write_all(&pending);
-        pending.clear();
+/// An error is flock(1)'s "write error" at exit (its `close_stdout`),
+/// which makes it exit 1 whatever the command's status was.
+pub fn flush_stdout() -> std::io::Result<()> {
+    let Ok(mut pending) = PENDING.lock() else {
+        return Ok(());
+    };
+    if pending.is_empty() {
+        return Ok(());
     }
+    let mut out = std::io::stdout().lock();
+    let written = out.write_all(&pending).and_then(|()| out.flush());
+    pending.clear();
+    written
 }
 
 /// `-v` once the lock is held. flock(1) prints its line on stdout.

@@ -306,6 +306,7 @@ pub enum NoRecord {
     ReadOnly,
     HardLinks,
     ForeignContent,
+    NotCreatedAsFlock,
     Unreadable,
 }
 
@@ -323,6 +324,9 @@ impl NoRecord {
             }
             NoRecord::ForeignContent => {
                 "the lock file holds content that is not a lockrun record, which lockrun never overwrites"
+            }
+            NoRecord::NotCreatedAsFlock => {
+                "as flock, lockrun writes a record only into a lock file it created or one that holds a lockrun record, and another program made this one"
             }
             NoRecord::Unreadable => "the lock file's content could not be read",
         }

@@ -227,11 +227,106 @@ fn fd_mode_names_the_file_behind_the_descriptor_on_conflict() {
         .env("L", &lock)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     let file = lock.canonicalize().unwrap();
     assert!(
         err.contains(&format!("`lockrun holder {}`", file.display())),
         "{err}"
+    );
+}
+
+/// Issue 26 item 5: in fd mode there is no command status to tell a
+/// conflict from, and scripts written for flock(1) test for 1 before they
+/// enter their critical section. A real script's pattern, run with lockrun
+/// under its own name while another copy holds the lock, must not enter.
+#[test]
+fn fd_mode_conflict_status_is_1_so_flock_scripts_stay_out() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (_holder, _) = Background::lockrun_holding(&["--no-record"], &lock, "echo ready; sleep 60");
+    let out = Command::new("timeout")
+        .args(["20", "sh", "-c"])
+        .arg(
+            r#"
+            ( "$T" -n 3; [ $? -eq 1 ] && { echo "stayed out"; exit 0; }; echo "entered" ) 3<>"$L"
+            ( "$T" -n 9 || exit 1; echo "entered" ) 9>>"$L"; echo "subshell=$?"
+            ( "$T" -n -E 75 9; echo "E=$?" ) 9>>"$L"
+            ( "$T" -w 0.05 9; echo "w=$?" ) 9>>"$L"
+            "#,
+        )
+        .env("T", bin())
+        .env("L", &lock)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "stayed out\nsubshell=1\nE=75\nw=1\n",
+        "{out:?}"
+    );
+    // With a command, a conflict is still 75: the command's 1 is its own.
+    lockrun().arg("-n").arg(&lock).arg("true").assert().code(75);
+}
+
+/// Issue 26 item 12: after `--fd N`, options that take a value keep their
+/// value (they were read as `--max-time -- 5 cmd`, 64 "a value is
+/// required"); which options take one comes from clap's definition.
+#[test]
+fn fd_options_that_take_a_value_are_read_as_such() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let run = |args: &str| {
+        Command::new("timeout")
+            .args(["20", "sh", "-c"])
+            .arg(format!(
+                r#"exec 9>>"$L"; "$T" --fd 9 {args} 2>&1; echo "status=$?""#
+            ))
+            .env("T", bin())
+            .env("L", &lock)
+            .output()
+            .unwrap()
+    };
+    for (args, expected) in [
+        ("--max-time 5 echo ran", "ran\nstatus=0\n"),
+        ("--forward never echo ran", "ran\nstatus=0\n"),
+        ("--kill-grace 1s --max-time 5 echo ran", "ran\nstatus=0\n"),
+        ("--time 1 echo ran", "ran\nstatus=0\n"),
+        ("--conflict 3 echo ran", "ran\nstatus=0\n"),
+        ("-w 1 echo ran", "ran\nstatus=0\n"),
+        ("-nw 1 echo ran", "ran\nstatus=0\n"),
+        ("--max-time=5 echo ran", "ran\nstatus=0\n"),
+    ] {
+        let out = run(args);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            expected,
+            "--fd 9 {args}"
+        );
+    }
+    // --slots with a lent descriptor is refused for what it is, not for a
+    // missing value.
+    let out = run("--slots 2 echo ran");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--slots cannot be used with --fd"), "{text}");
+    assert!(text.ends_with("status=64\n"), "{text}");
+    assert!(!text.contains("ran\n"), "{text}");
+}
+
+/// Issue 26 item 12: fd mode runs no command, so --max-time there would be
+/// silently ignored: it is refused.
+#[test]
+fn fd_mode_refuses_max_time() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = Command::new("timeout")
+        .args(["20", "sh", "-c", r#"exec 9>>"$L"; "$T" --max-time 1 9"#])
+        .env("T", bin())
+        .env("L", &lock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("fd mode runs no command to stop"),
+        "{out:?}"
     );
 }

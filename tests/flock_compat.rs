@@ -13,7 +13,8 @@
 //! - "lock not acquired" is 1 for flock(1) and 75 for lockrun (contract §4):
 //!   scripts print it as `conflict` through `st`, which maps only the
 //!   tool's own conflict status (`$CONFLICT`); `-E 1` (`$E1`, lockrun only)
-//!   restores flock(1)'s 1 where the manual prints `$?` itself.
+//!   restores flock(1)'s 1 where the manual prints `$?` itself. In fd mode
+//!   it is 1 for both (`fdst`).
 //! - lockrun writes a holder record into an empty lock file, flock(1) never
 //!   writes: probes and helper holders pass `$NR` (`--no-record` for
 //!   lockrun), and file contents are compared only where flock(1) users rely
@@ -57,6 +58,8 @@ impl Tool {
 const LIB: &str = r#"
 # st STATUS: `conflict` for the tool's lock-not-acquired status, else STATUS.
 st() { if [ "$1" = "$CONFLICT" ]; then echo conflict; else echo "$1"; fi; }
+# fdst STATUS: the same for fd mode, where it is 1 for both tools.
+fdst() { if [ "$1" = 1 ]; then echo conflict; else echo "$1"; fi; }
 # probe [-s] PATH: from a new open of PATH, could the lock be taken at once?
 probe() { "$T" $NR -n "$@" true 2>/dev/null; echo "probe=$(st $?)"; }
 "#;
@@ -303,7 +306,7 @@ fn manual_subshell_locks_fd_9_and_gives_up_with_exit_1_when_held() {
                 r#"
                 "$T" $NR "$F" sh -c '
                   . "$LIB"
-                  ( "$T" -n 9; echo "lock: $(st $?)" ) {redirect}"$F"
+                  ( "$T" -n 9; echo "lock: $(fdst $?)" ) {redirect}"$F"
                   (
                     "$T" -n 9 || exit 1
                     echo "ran under lock"
@@ -466,8 +469,8 @@ fn manual_lock_a_descriptor_the_shell_opened_with_exec() {
                 "$T" $NR "$F" sh -c '
                   . "$LIB"
                   exec 4<>"$F"
-                  "$T" -n 4; echo "held: lock=$(st $?)"
-                  "$T" -w .01 4; echo "held: timed=$(st $?)"
+                  "$T" -n 4; echo "held: lock=$(fdst $?)"
+                  "$T" -w .01 4; echo "held: timed=$(fdst $?)"
                   "$T" -E 9 -n 4; echo "held: E=$?"'
                 "#);
             seen
@@ -993,4 +996,92 @@ fn as_flock_the_record_is_still_written() {
     let record = record_json(&lock);
     assert_eq!(record["command"], serde_json::json!(["true"]));
     assert_eq!(record["exit"], serde_json::json!({"code": 0}));
+}
+
+/// Issue 26 item 16: flock(1)'s getopt stops at the lock file, so what
+/// follows it is the command, a `-n` or a `--` included; `-w` is strtold's
+/// (hex, and values its timer refuses are EX_OSERR); a write error on
+/// stdout at exit is status 1.
+#[test]
+fn as_flock_the_command_starts_after_the_lock_file_and_w_is_strtold() {
+    compare_as_flock(
+        "command after the lock file, -w, write errors",
+        r#"
+        "$T" "$F" -n true 2>/dev/null; echo "-n after=$?"
+        "$T" "$F" -- true 2>/dev/null; echo "-- after=$?"
+        "$T" -- "$F" echo escaped; echo "-- before=$?"
+        "$T" "$F" -c 'echo shell'; echo "-c=$?"
+        "$T" -w 0x10 "$F" true; echo "hex=$?"
+        "$T" -w 0x1p-2 "$F" true; echo "hex float=$?"
+        "$T" -w ' 1e1' "$F" true; echo "exponent=$?"
+        "$T" -w 0.0000001 "$F" true; echo "below 1us=$?"
+        "$T" -w -1 "$F" true; echo "negative=$?"
+        "$T" -w inf "$F" true; echo "inf=$?"
+        "$T" -w nan "$F" true; echo "nan=$?"
+        "$T" -w 1x "$F" true 2>/dev/null; echo "garbage=$?"
+        "$T" --version >/dev/full 2>/dev/null; echo "version to full=$?"
+        "$T" --help >/dev/full 2>/dev/null; echo "help to full=$?"
+        "$T" --verbose "$F" true >/dev/full 2>/dev/null; echo "verbose to full=$?"
+        "#,
+    );
+    // While held, a -w below a microsecond is -n: it fails at once.
+    let dir = temp_dir();
+    let link = dir.path().join("flock");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let lock = lock_in(&dir);
+    let (_holder, _) = Background::lockrun_holding(&[], &lock, "echo ready; sleep 60");
+    let status = Command::new(&link)
+        .args(["-w", "0.0000001"])
+        .arg(&lock)
+        .arg("true")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+}
+
+/// `flock --version` says it is lockrun (issue 32 item 6).
+#[test]
+fn as_flock_version_names_lockrun() {
+    let dir = temp_dir();
+    let link = dir.path().join("flock");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let out = Command::new(&link).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("flock (lockrun {})\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// Issue 26 item 8: as flock, an empty lock file another program made
+/// (apt's /var/lib/apt/lists/lock) is locked and never written; one it
+/// created itself, or one holding a lockrun record, gets the record.
+#[test]
+fn as_flock_an_empty_file_of_another_program_is_never_written() {
+    let dir = temp_dir();
+    let link = dir.path().join("flock");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let theirs = dir.path().join("apt.lock");
+    std::fs::write(&theirs, "").unwrap();
+    let out = Command::new(&link)
+        .arg(&theirs)
+        .args(["sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n", "{out:?}");
+    assert_eq!(
+        std::fs::read(&theirs).unwrap(),
+        b"",
+        "flock wrote into apt's lock file"
+    );
+    // Under its own name lockrun writes there, as documented.
+    lockrun().arg(&theirs).arg("true").assert().success();
+    assert_eq!(record_json(&theirs)["command"], serde_json::json!(["true"]));
+    // ... and then the file holds a lockrun record, which flock updates.
+    Command::new(&link)
+        .arg(&theirs)
+        .arg("true")
+        .status()
+        .unwrap();
+    assert_eq!(record_json(&theirs)["exit"], serde_json::json!({"code": 0}));
+    assert!(record_json(&theirs)["released_at"].is_string());
 }

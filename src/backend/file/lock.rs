@@ -72,6 +72,9 @@ pub struct LockFile {
     path: PathBuf,
     pub is_dir: bool,
     pub hard_links: u64,
+    /// This open created the file (it did not exist before): as `flock`,
+    /// the only empty file lockrun may write a record into.
+    pub created: bool,
     dev: u64,
     ino: u64,
     kind: LockKind,
@@ -124,7 +127,7 @@ impl LockFile {
             OFlags::CLOEXEC
         };
         let flock_exclusive = spec.kind == LockKind::Flock && mode == LockMode::Exclusive;
-        let fd = open_safely(path, access, cloexec, write, flock_exclusive)?;
+        let (fd, created) = open_safely(path, access, cloexec, write, flock_exclusive)?;
         let file = File::from(fd);
         // Check what we opened through the descriptor, never through the
         // path: the path can be swapped between a stat and an open.
@@ -141,6 +144,7 @@ impl LockFile {
             path: path.to_owned(),
             is_dir,
             hard_links: meta.nlink(),
+            created,
             dev: meta.dev(),
             ino: meta.ino(),
             kind: spec.kind,
@@ -170,6 +174,7 @@ impl LockFile {
             path: label.to_owned(),
             is_dir: meta.is_dir(),
             hard_links: meta.nlink(),
+            created: false,
             dev: meta.dev(),
             ino: meta.ino(),
             kind,
@@ -220,6 +225,7 @@ impl LockFile {
             path: self.path.clone(),
             is_dir: self.is_dir,
             hard_links: self.hard_links,
+            created: self.created,
             dev: self.dev,
             ino: self.ino,
             kind: self.kind,
@@ -339,7 +345,8 @@ const CREATE_MODE: u32 = 0o666;
 
 /// Opens PATH as described at `LockFile::open_for`: type first, then the
 /// real open through the `O_PATH` descriptor; creation with `O_EXCL` so
-/// that only a new regular file is ever created.
+/// that only a new regular file is ever created. Also says whether this
+/// call created it.
 #[cfg(target_os = "linux")]
 fn open_safely(
     path: &Path,
@@ -347,7 +354,7 @@ fn open_safely(
     cloexec: OFlags,
     write: bool,
     flock_exclusive: bool,
-) -> Result<OwnedFd, Failure> {
+) -> Result<(OwnedFd, bool), Failure> {
     let flags = access | OFlags::NOCTTY | cloexec;
     // Another process may create or remove the file between our attempts;
     // each round makes progress unless it keeps racing, so a few suffice.
@@ -364,7 +371,7 @@ fn open_safely(
                     flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
                     Mode::from_raw_mode(CREATE_MODE),
                 ) {
-                    Ok(fd) => return Ok(fd),
+                    Ok(fd) => return Ok((fd, true)),
                     Err(Errno::EXIST) => continue,
                     Err(e) => return Err(open_failure(path, e, write)),
                 }
@@ -400,10 +407,12 @@ fn open_safely(
         {
             let rw = (flags - OFlags::RDONLY) | OFlags::RDWR;
             if let Ok(fd) = reopen(&probe, path, rw, &stat) {
-                return Ok(fd);
+                return Ok((fd, false));
             }
         }
-        return reopen(&probe, path, flags, &stat).map_err(|e| open_failure(path, e, write));
+        return reopen(&probe, path, flags, &stat)
+            .map(|fd| (fd, false))
+            .map_err(|e| open_failure(path, e, write));
     }
     Err(Failure::new(
         exit_codes::OS_ERROR,
@@ -491,12 +500,16 @@ fn open_safely(
     cloexec: OFlags,
     write: bool,
     _flock_exclusive: bool,
-) -> Result<OwnedFd, Failure> {
+) -> Result<(OwnedFd, bool), Failure> {
     let safe = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | cloexec;
     let mode = Mode::from_raw_mode(CREATE_MODE);
-    match rustix::fs::open(path, safe | OFlags::CREATE, mode) {
-        Ok(fd) => Ok(fd),
+    if let Ok(fd) = rustix::fs::open(path, safe | OFlags::CREATE | OFlags::EXCL, mode) {
+        return Ok((fd, true));
+    }
+    match rustix::fs::open(path, safe, mode) {
+        Ok(fd) => Ok((fd, false)),
         Err(Errno::ISDIR) if !write => rustix::fs::open(path, safe | OFlags::DIRECTORY, mode)
+            .map(|fd| (fd, false))
             .map_err(|e| open_failure(path, e, write)),
         Err(e) => Err(open_failure(path, e, write)),
     }

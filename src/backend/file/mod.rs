@@ -233,6 +233,12 @@ pub(crate) fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
     if !content.is_empty() && Record::parse(&content).is_none() {
         return Err(NoRecord::ForeignContent);
     }
+    // As `flock`, an empty file another program made (apt's
+    // /var/lib/apt/lists/lock) is that program's: scripts written for
+    // flock(1) lock such files, and flock(1) never writes them.
+    if content.is_empty() && !lock.created && persona::is_flock() {
+        return Err(NoRecord::NotCreatedAsFlock);
+    }
     // Only now, with the content known to be ours: a writable descriptor on
     // a script, even for a moment, makes every exec of it fail (ETXTBSY).
     lock.open_for_writing().map_err(|_| NoRecord::ReadOnly)
