@@ -171,3 +171,78 @@ fn with_slots_only_that_slot_is_freed() {
     other.release();
     assert!(other.wait_exit(BOUND).success());
 }
+
+/// Every process with a descriptor open on `lock` (its own or a shared
+/// one), as /proc shows them: what still holds, or could hold, the lock.
+fn openers(lock: &std::path::Path) -> Vec<i32> {
+    let Ok(wanted) = lock.canonicalize() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"));
+        if fds
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == wanted))
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Kills whatever a broken build left holding `lock` (processes that
+/// ignore SIGTERM, some of them stopped), so a failing test does not leave
+/// them behind for the rest of the run. Bounded.
+fn kill_openers(lock: &std::path::Path) {
+    for _ in 0..500 {
+        let left = openers(lock);
+        if left.is_empty() {
+            return;
+        }
+        for pid in left {
+            // SAFETY: kill(2); these pids were read just now from /proc as
+            // holders of this test's own lock file in its own temp dir.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+struct Cleanup<'a>(&'a std::path::Path);
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        kill_openers(self.0);
+    }
+}
+
+/// A command that ignores SIGTERM and forks all the time: every pass that
+/// kills what a scan found misses what was forked since; after 124
+/// nothing may hold the lock.
+#[test]
+fn max_time_stops_a_command_that_ignores_sigterm_and_keeps_forking() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let _cleanup = Cleanup(&lock);
+    let (mut run, _) = Background::lockrun_holding(
+        &["--max-time", "500ms", "--kill-grace", "200ms"],
+        &lock,
+        "trap '' TERM; echo ready; while :; do sleep 1006 & done",
+    );
+    assert_eq!(run.wait_exit(BOUND).code(), Some(124));
+    let left = openers(&lock);
+    assert!(
+        left.is_empty(),
+        "still open on the lock after 124: {left:?}"
+    );
+    try_lock_now(&lock).success();
+}

@@ -28,12 +28,21 @@ pub struct Stopped {
 
 impl Stopped {
     pub fn describe(&self) -> String {
+        // A command that kept forking can leave thousands: name the first
+        // few and count the rest, so the line stays a line.
         let list = |sig: i32| {
-            self.stopped
+            let pids: Vec<String> = self
+                .stopped
                 .iter()
                 .filter(|(_, s)| *s == sig)
                 .map(|(pid, _)| pid.to_string())
-                .collect::<Vec<_>>()
+                .collect();
+            if pids.len() <= SHOWN {
+                return pids;
+            }
+            let mut shown = pids[..SHOWN].to_vec();
+            shown.push(format!("and {} more", pids.len() - SHOWN));
+            shown
         };
         let (term, kill) = (list(libc::SIGTERM), list(libc::SIGKILL));
         let mut text = format!(
@@ -56,6 +65,9 @@ impl Stopped {
         text
     }
 }
+
+/// How many pids per signal the message names.
+const SHOWN: usize = 10;
 
 #[derive(Default)]
 struct State {
