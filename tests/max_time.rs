@@ -225,6 +225,39 @@ impl Drop for Cleanup<'_> {
     }
 }
 
+/// An OFD lock (`--fcntl`, or a byte range) shows in the kernel's table
+/// with pid -1, not lockrun's: a child that moved to a session of its own
+/// still holds the lock through lockrun's descriptor and must be stopped
+/// as a flock(2) lock's would be.
+#[test]
+fn max_time_with_fcntl_stops_setsid_children() {
+    for kind in [&["--fcntl"][..], &["--start", "0", "--length", "10"][..]] {
+        let dir = temp_dir();
+        let lock = lock_in(&dir);
+        let _cleanup = Cleanup(&lock);
+        let mut args = kind.to_vec();
+        args.extend(["--max-time", "1s", "--kill-grace", "5s"]);
+        let (mut run, words) = Background::lockrun_holding(
+            &args,
+            &lock,
+            "setsid sleep 1001 & echo ready $!; exec sleep 1002",
+        );
+        let setsid_child: i32 = words[0].parse().unwrap();
+        assert_eq!(run.wait_exit(BOUND).code(), Some(124), "{kind:?}");
+        assert!(
+            !alive(setsid_child),
+            "{kind:?}: the setsid'd child {setsid_child} outlived exit 124"
+        );
+        let mut check = lockrun();
+        check
+            .args(["-n", "--no-record"])
+            .args(kind)
+            .arg(&lock)
+            .arg("true");
+        check.assert().success();
+    }
+}
+
 /// A command that ignores SIGTERM and forks all the time: every pass that
 /// kills what a scan found misses what was forked since; after 124
 /// nothing may hold the lock.

@@ -459,6 +459,99 @@ fn process_locks(pid: i32, dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
     Ok(found)
 }
 
+/// The processes, lockrun excluded, with a descriptor on the open file
+/// description `ours` (an inherited or passed copy of it, whatever its
+/// number): each holds lockrun's lock, flock(2) and OFD alike, since both
+/// belong to the open file description. The kernel's lock lines cannot
+/// tell them apart from other openers of the file: an OFD lock shows pid
+/// -1 wherever it is held, so kcmp(2) compares the descriptions
+/// themselves. Where kcmp cannot answer (a kernel built without it) only
+/// a flock(2) lock can be traced, by the pid that took it (ours).
+/// Called only when `--max-time` fires: it reads every process's fds.
+pub fn sharing_description(ours: std::os::fd::BorrowedFd<'_>, dev: u64, ino: u64) -> Vec<i32> {
+    use std::os::fd::AsRawFd;
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Some(theirs) = fd.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            // One stat through the link first: only descriptors on the
+            // lock file are worth comparing.
+            let Ok(meta) = fs::metadata(fd.path()) else {
+                continue;
+            };
+            if meta.dev() != dev || meta.ino() != ino {
+                continue;
+            }
+            let shares = match same_description(me, ours.as_raw_fd(), pid, theirs) {
+                Some(same) => same,
+                None => locked_by(pid, theirs, me),
+            };
+            if shares {
+                found.push(pid);
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// kcmp(2) KCMP_FILE: whether our `ours` and `pid`'s `theirs` are one open
+/// file description; `None` when the kernel cannot say (no kcmp, or not
+/// allowed to look at that process).
+fn same_description(me: i32, ours: i32, pid: i32, theirs: i32) -> Option<bool> {
+    const KCMP_FILE: libc::c_int = 0;
+    // SAFETY: kcmp only compares kernel objects named by pids and
+    // descriptor numbers; no memory is passed.
+    let answer = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            me as libc::pid_t,
+            pid as libc::pid_t,
+            KCMP_FILE,
+            ours as libc::c_ulong,
+            theirs as libc::c_ulong,
+        )
+    };
+    if answer >= 0 {
+        return Some(answer == 0);
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOSYS | libc::EPERM | libc::EACCES) => None,
+        // EBADF, ESRCH: the descriptor or the process is gone since.
+        _ => Some(false),
+    }
+}
+
+/// Whether `pid`'s descriptor `fd` holds a lock that `caller` took, as its
+/// fdinfo shows (a flock(2) lock names the process that called flock).
+fn locked_by(pid: i32, fd: i32, caller: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).is_ok_and(|info| {
+        info.lines()
+            .filter_map(|line| line.strip_prefix("lock:"))
+            .filter_map(parse_lock_line)
+            .any(|l| !l.lock.waiting && l.lock.pid == caller)
+    })
+}
+
 /// The file behind one of our descriptors, as /proc/self/fd names it;
 /// `None` for what has no name to show (a pipe, a deleted file).
 pub fn descriptor_path(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {

@@ -279,19 +279,34 @@ impl Held for FileHeld {
         }
     }
 
+    /// Every process that shares lockrun's open file description holds
+    /// its lock, whatever lock it is: compared by description, not by the
+    /// pid in the kernel's lock line, which an OFD lock (`--fcntl`, a byte
+    /// range) shows as -1.
     fn inheritors(&self) -> Option<crate::backend::Inheritors> {
         if !self.inherit {
             return None;
         }
         let (dev, ino) = self.lock.identity();
         let me = std::process::id() as i32;
+        // The watcher thread's own copy of the descriptor, the same open
+        // file description: kcmp names it by number. If none can be made
+        // (no descriptor left), a flock(2) lock can still be traced by the
+        // pid that took it.
+        let ours = self.lock.file().try_clone().ok();
         Some(Box::new(move |command| {
-            crate::platform::fd_holders(dev, ino)
-                .0
-                .into_iter()
-                .filter(|h| h.caller == me && h.pid != me && h.pid != command)
-                .map(|h| h.pid)
-                .collect()
+            let mut found: Vec<i32> = match &ours {
+                Some(file) => crate::platform::sharing_description(file.as_fd(), dev, ino),
+                None => crate::platform::fd_holders(dev, ino)
+                    .0
+                    .into_iter()
+                    .filter(|h| h.caller == me && h.pid != me)
+                    .map(|h| h.pid)
+                    .collect(),
+            };
+            found.retain(|&pid| pid != command);
+            found.dedup();
+            found
         }))
     }
 
