@@ -258,6 +258,54 @@ fn max_time_with_fcntl_stops_setsid_children() {
     }
 }
 
+/// `exec 9>L; lockrun --fd 9 --max-time …`: the calling script and its
+/// other children share the descriptor, but only what the command started
+/// is stopped (here an orphan that left for its own session too).
+/// (`--max-time` comes before `--fd N`: after it, an option that takes a
+/// value is refused with 64 at 9b26dce, issue 26 item 12.)
+#[test]
+fn max_time_with_fd_stops_only_the_command() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let _cleanup = Cleanup(&lock);
+    let mut script = std::process::Command::new("sh");
+    script
+        .args([
+            "-c",
+            r#"
+            exec 9>>"$L"
+            sleep 1003 & other=$!
+            "$T" --max-time 1s --fd 9 -- sh -c '(setsid sleep 1004 & echo "child $!"); exec sleep 1005'
+            echo "status $? other $other"
+            read x
+            "#,
+        ])
+        .env("T", bin())
+        .env("L", &lock);
+    let caller = Background::spawn(script);
+    let child_line = caller
+        .line(BOUND)
+        .expect("the command never started its child");
+    let child: i32 = child_line
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected line {child_line:?}"));
+    let end = caller
+        .line(BOUND)
+        .expect("the calling script was stopped with the command");
+    let words: Vec<&str> = end.split_whitespace().collect();
+    assert_eq!(words[..2], ["status", "124"], "{end:?}");
+    let other: i32 = words[3].parse().unwrap();
+    assert!(alive(other), "the caller's other child was stopped");
+    assert!(
+        !alive(child),
+        "the command's orphan {child} outlived exit 124"
+    );
+    // The lock is the caller's again: its descriptor still holds it.
+    assert!(kernel_holders(&lock) >= 1);
+    kill(other, "KILL");
+}
+
 /// A command that ignores SIGTERM and forks all the time: every pass that
 /// kills what a scan found misses what was forked since; after 124
 /// nothing may hold the lock.

@@ -253,6 +253,13 @@ pub trait Held {
     fn inheritors(&self) -> Option<Inheritors> {
         None
     }
+    /// Whether what [`Held::inheritors`] finds is limited to lockrun's
+    /// descendants (a lent descriptor, which the caller's own processes
+    /// share): lockrun must then adopt the orphans its command leaves
+    /// behind, or a double fork or a setsid would hide them under init.
+    fn searches_descendants(&self) -> bool {
+        false
+    }
     /// Lets go of the lock. `Err`: it was lost while the command ran (the
     /// command was stopped), with the reason.
     fn release(self) -> Result<(), String>;

@@ -211,6 +211,7 @@ impl Backend for FileBackend {
             lock: self.lock,
             record_file,
             inherit: self.inherit,
+            lent: self.spec.fd.is_some() || self.lent_fd.is_some(),
             label: self.label,
             verbose,
         })
@@ -243,6 +244,9 @@ pub struct FileHeld {
     /// The writable descriptor for the record, when one may be written.
     record_file: Option<File>,
     inherit: bool,
+    /// The descriptor was lent by the caller (`--fd N`): the caller and its
+    /// other children hold the lock through it too.
+    lent: bool,
     label: String,
     verbose: bool,
 }
@@ -282,7 +286,9 @@ impl Held for FileHeld {
     /// Every process that shares lockrun's open file description holds
     /// its lock, whatever lock it is: compared by description, not by the
     /// pid in the kernel's lock line, which an OFD lock (`--fcntl`, a byte
-    /// range) shows as -1.
+    /// range) shows as -1. With a lent descriptor the caller's processes
+    /// share it too; they are not lockrun's to stop: only what the command
+    /// started is.
     fn inheritors(&self) -> Option<crate::backend::Inheritors> {
         if !self.inherit {
             return None;
@@ -294,6 +300,7 @@ impl Held for FileHeld {
         // (no descriptor left), a flock(2) lock can still be traced by the
         // pid that took it.
         let ours = self.lock.file().try_clone().ok();
+        let lent = self.lent;
         Some(Box::new(move |command| {
             let mut found: Vec<i32> = match &ours {
                 Some(file) => crate::platform::sharing_description(file.as_fd(), dev, ino),
@@ -305,9 +312,17 @@ impl Held for FileHeld {
                     .collect(),
             };
             found.retain(|&pid| pid != command);
+            if lent && !found.is_empty() {
+                let mine = crate::platform::descendants(me);
+                found.retain(|pid| mine.contains(pid));
+            }
             found.dedup();
             found
         }))
+    }
+
+    fn searches_descendants(&self) -> bool {
+        self.lent && self.inherit
     }
 
     fn release(self) -> Result<(), String> {
