@@ -265,6 +265,21 @@ pub trait Held {
     fn release(self) -> Result<(), String>;
 }
 
+/// Everything the command started (its children, whatever process group or
+/// session they moved to, and the orphans lockrun adopts as their
+/// subreaper), for `--max-time` and a lost lock to stop with it. The
+/// file backend's finder for a lent descriptor and a lock URL's, which has
+/// no descriptor to trace; both need [`Held::searches_descendants`].
+pub fn command_tree() -> Inheritors {
+    let me = std::process::id() as i32;
+    Box::new(move |command| {
+        crate::platform::descendants(me)
+            .into_iter()
+            .filter(|&pid| pid != command)
+            .collect()
+    })
+}
+
 /// What a lock URL's held lock adds to the command's environment: the
 /// fencing token that names this holder, and with `--slots` its slot.
 pub fn url_env(token: i64, slot: Option<u16>) -> Vec<(&'static str, std::ffi::OsString)> {

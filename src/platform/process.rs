@@ -30,6 +30,11 @@ impl Target {
         }
     }
 
+    /// Pins each of `pids`, leaving out those already gone.
+    pub fn pin_all(pids: Vec<i32>) -> Vec<Target> {
+        pids.into_iter().filter_map(Target::pin).collect()
+    }
+
     pub fn signal(&self, sig: i32) -> io::Result<()> {
         let Some(signal) = rustix::process::Signal::from_named_raw(sig) else {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));

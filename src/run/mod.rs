@@ -249,7 +249,7 @@ fn start<H: Held>(
 fn release<H: Held>(held: H, flow: &Flow, pid: i32, stopped: Option<Stopped>) -> Option<Ending> {
     if let Err(reason) = held.release() {
         crate::say!(
-            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM (and SIGKILL if it still ran {} later)",
+            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM with every process it started (and SIGKILL if it still ran {} later)",
             persona::name(),
             flow.label,
             display::span(flow.settings.kill_grace)

@@ -143,15 +143,10 @@ fn watch(
     }
     let command_pid = command.as_ref().map_or(0, |c| c.pid);
     let find = || -> Vec<Target> {
-        let mut found: Vec<Target> = Vec::new();
-        if let Some(inheritors) = &inheritors {
-            for pid in inheritors(command_pid) {
-                if let Some(target) = Target::pin(pid) {
-                    found.push(target);
-                }
-            }
+        match &inheritors {
+            Some(inheritors) => Target::pin_all(inheritors(command_pid)),
+            None => Vec::new(),
         }
-        found
     };
     let targets: Vec<Target> = command.into_iter().chain(find()).collect();
     let stopped = platform::stop_all(targets, grace, find);

@@ -300,7 +300,8 @@ impl Held for FileHeld {
         // (no descriptor left), a flock(2) lock can still be traced by the
         // pid that took it.
         let ours = self.lock.file().try_clone().ok();
-        let lent = self.lent;
+        // With a lent descriptor, the same finder as a lock URL's.
+        let tree = self.lent.then(crate::backend::command_tree);
         Some(Box::new(move |command| {
             let mut found: Vec<i32> = match &ours {
                 Some(file) => crate::platform::sharing_description(file.as_fd(), dev, ino),
@@ -312,8 +313,8 @@ impl Held for FileHeld {
                     .collect(),
             };
             found.retain(|&pid| pid != command);
-            if lent && !found.is_empty() {
-                let mine = crate::platform::descendants(me);
+            if let Some(tree) = tree.as_ref().filter(|_| !found.is_empty()) {
+                let mine = tree(command);
                 found.retain(|pid| mine.contains(pid));
             }
             found.dedup();
