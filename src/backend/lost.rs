@@ -1,9 +1,9 @@
 //! A lock URL's lock can be lost while the command runs (a lease not
 //! renewed for its TTL, a connection broken). Whatever the service, the
 //! command must then not go on believing it holds the lock: it and every
-//! process it started get SIGTERM, then SIGKILL after the grace. This is that part, shared by
-//! every backend whose lock can be lost; each keeps a [`Command`] in the
-//! state its watcher thread shares with lockrun.
+//! process it started get SIGTERM, then SIGKILL after the grace. This is
+//! that part, shared by every backend whose lock can be lost; each keeps a
+//! [`Command`] in the state its watcher thread shares with lockrun.
 
 use std::sync::MutexGuard;
 use std::time::Duration;
