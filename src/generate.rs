@@ -329,8 +329,9 @@ const MAN_DESCRIPTION_ETCD: &str = "\
 in place of \\fILOCKFILE\\fR takes the lock in etcd v3 instead of the file
 system, so that it excludes holders on other machines (\\fBetcd:///\\fR\\fINAME\\fR
 takes the endpoints from \\fBLOCKRUN_ETCD_ENDPOINTS\\fR). The lock is held by a
-lease that lockrun renews; if it is lost while the command runs, the command is
-sent SIGTERM, then SIGKILL after \\fB\\-\\-kill\\-grace\\fR, and lockrun exits 76.
+lease that lockrun renews; if it is lost while the command runs, the command and
+every process it started are sent SIGTERM, then SIGKILL after
+\\fB\\-\\-kill\\-grace\\fR, and lockrun exits 76.
 ";
 
 const MAN_ENVIRONMENT: &str = "\

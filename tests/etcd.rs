@@ -716,6 +716,85 @@ fn a_deleted_lock_key_stops_the_command_and_exits_76() {
     assert!(stderr.contains("was deleted in etcd"), "{stderr}");
 }
 
+/// Kills `pid` if it is still the `sleep SECONDS` a test started (a pid read
+/// from a test's own line; checked against its command line so that a
+/// reused pid is left alone): what a broken build leaves running.
+struct SleepGuard(Vec<(i32, &'static str)>);
+
+impl Drop for SleepGuard {
+    fn drop(&mut self) {
+        for (pid, seconds) in &self.0 {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline == format!("sleep\0{seconds}\0").as_bytes() {
+                // SAFETY: kill(2) on a process just checked to be this test's.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    !process_gone(pid)
+}
+
+/// Issue 29 item 2: a lost lock stops every process the command started,
+/// not only the command's own: a background child in its group and one
+/// that moved to a session of its own would go on as if the lock were
+/// held (and keep a pipe to lockrun's reader open).
+#[test]
+fn a_lost_lock_stops_every_process_the_command_started() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("lost-tree");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "3s", "--kill-grace", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "setsid sleep 1007 </dev/null >/dev/null 2>&1 & a=$!; \
+             sleep 1008 </dev/null >/dev/null 2>&1 & echo ready $a $!; wait",
+        ])
+        .stderr(Stdio::null());
+    let mut lockrun = Background::spawn(cmd);
+    let words = lockrun.expect_ready();
+    let (setsid_child, child): (i32, i32) = (words[0].parse().unwrap(), words[1].parse().unwrap());
+    let _guard = SleepGuard(vec![(setsid_child, "1007"), (child, "1008")]);
+    etcd.etcdctl(&["del", "--prefix", "lost-tree/"]);
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    assert!(
+        !alive(child),
+        "the background child {child} outlived exit 76"
+    );
+    assert!(
+        !alive(setsid_child),
+        "the setsid'd child {setsid_child} outlived exit 76"
+    );
+}
+
+/// Issue 29 item 2, at `--max-time`: on a lock URL there is no descriptor
+/// to trace, and what the command started is stopped with it.
+#[test]
+fn max_time_on_a_lock_url_stops_every_process_the_command_started() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("max-time-tree");
+    let mut cmd = std_lockrun();
+    cmd.args(["--max-time", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "(setsid sleep 1009 </dev/null >/dev/null 2>&1 & echo ready $!); exec sleep 1010",
+        ])
+        .stderr(Stdio::null());
+    let mut lockrun = Background::spawn(cmd);
+    let words = lockrun.expect_ready();
+    let orphan: i32 = words[0].parse().unwrap();
+    let _guard = SleepGuard(vec![(orphan, "1009")]);
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(124));
+    assert!(
+        !alive(orphan),
+        "the command's orphan {orphan} outlived exit 124"
+    );
+}
+
 /// The key gone between two renewals and the command ended before the next
 /// one: the release itself must notice (a lease starved for its TTL on a
 /// busy host), or lockrun reports success for a run another holder may

@@ -171,3 +171,159 @@ fn with_slots_only_that_slot_is_freed() {
     other.release();
     assert!(other.wait_exit(BOUND).success());
 }
+
+/// Every process with a descriptor open on `lock` (its own or a shared
+/// one), as /proc shows them: what still holds, or could hold, the lock.
+fn openers(lock: &std::path::Path) -> Vec<i32> {
+    let Ok(wanted) = lock.canonicalize() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"));
+        if fds
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == wanted))
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Kills whatever a broken build left holding `lock` (processes that
+/// ignore SIGTERM, some of them stopped), so a failing test does not leave
+/// them behind for the rest of the run. Bounded.
+fn kill_openers(lock: &std::path::Path) {
+    for _ in 0..500 {
+        let left = openers(lock);
+        if left.is_empty() {
+            return;
+        }
+        for pid in left {
+            // SAFETY: kill(2); these pids were read just now from /proc as
+            // holders of this test's own lock file in its own temp dir.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+struct Cleanup<'a>(&'a std::path::Path);
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        kill_openers(self.0);
+    }
+}
+
+/// An OFD lock (`--fcntl`, or a byte range) shows in the kernel's table
+/// with pid -1, not lockrun's: a child that moved to a session of its own
+/// still holds the lock through lockrun's descriptor and must be stopped
+/// as a flock(2) lock's would be.
+#[test]
+fn max_time_with_fcntl_stops_setsid_children() {
+    for kind in [&["--fcntl"][..], &["--start", "0", "--length", "10"][..]] {
+        let dir = temp_dir();
+        let lock = lock_in(&dir);
+        let _cleanup = Cleanup(&lock);
+        let mut args = kind.to_vec();
+        args.extend(["--max-time", "1s", "--kill-grace", "5s"]);
+        let (mut run, words) = Background::lockrun_holding(
+            &args,
+            &lock,
+            "setsid sleep 1001 & echo ready $!; exec sleep 1002",
+        );
+        let setsid_child: i32 = words[0].parse().unwrap();
+        assert_eq!(run.wait_exit(BOUND).code(), Some(124), "{kind:?}");
+        assert!(
+            !alive(setsid_child),
+            "{kind:?}: the setsid'd child {setsid_child} outlived exit 124"
+        );
+        let mut check = lockrun();
+        check
+            .args(["-n", "--no-record"])
+            .args(kind)
+            .arg(&lock)
+            .arg("true");
+        check.assert().success();
+    }
+}
+
+/// `exec 9>L; lockrun --fd 9 --max-time …`: the calling script and its
+/// other children share the descriptor, but only what the command started
+/// is stopped (here an orphan that left for its own session too).
+/// (`--max-time` comes before `--fd N`: after it, an option that takes a
+/// value is refused with 64 at 9b26dce, issue 26 item 12.)
+#[test]
+fn max_time_with_fd_stops_only_the_command() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let _cleanup = Cleanup(&lock);
+    let mut script = std::process::Command::new("sh");
+    script
+        .args([
+            "-c",
+            r#"
+            exec 9>>"$L"
+            sleep 1003 & other=$!
+            "$T" --max-time 1s --fd 9 -- sh -c '(setsid sleep 1004 & echo "child $!"); exec sleep 1005'
+            echo "status $? other $other"
+            read x
+            "#,
+        ])
+        .env("T", bin())
+        .env("L", &lock);
+    let caller = Background::spawn(script);
+    let child_line = caller
+        .line(BOUND)
+        .expect("the command never started its child");
+    let child: i32 = child_line
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected line {child_line:?}"));
+    let end = caller
+        .line(BOUND)
+        .expect("the calling script was stopped with the command");
+    let words: Vec<&str> = end.split_whitespace().collect();
+    assert_eq!(words[..2], ["status", "124"], "{end:?}");
+    let other: i32 = words[3].parse().unwrap();
+    assert!(alive(other), "the caller's other child was stopped");
+    assert!(
+        !alive(child),
+        "the command's orphan {child} outlived exit 124"
+    );
+    // The lock is the caller's again: its descriptor still holds it.
+    assert!(kernel_holders(&lock) >= 1);
+    kill(other, "KILL");
+}
+
+/// A command that ignores SIGTERM and forks all the time: every pass that
+/// kills what a scan found misses what was forked since; after 124
+/// nothing may hold the lock.
+#[test]
+fn max_time_stops_a_command_that_ignores_sigterm_and_keeps_forking() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let _cleanup = Cleanup(&lock);
+    let (mut run, _) = Background::lockrun_holding(
+        &["--max-time", "500ms", "--kill-grace", "200ms"],
+        &lock,
+        "trap '' TERM; echo ready; while :; do sleep 1006 & done",
+    );
+    assert_eq!(run.wait_exit(BOUND).code(), Some(124));
+    let left = openers(&lock);
+    assert!(
+        left.is_empty(),
+        "still open on the lock after 124: {left:?}"
+    );
+    try_lock_now(&lock).success();
+}

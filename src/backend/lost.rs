@@ -1,9 +1,9 @@
 //! A lock URL's lock can be lost while the command runs (a lease not
 //! renewed for its TTL, a connection broken). Whatever the service, the
-//! command must then not go on believing it holds the lock: it gets
-//! SIGTERM, then SIGKILL after the grace. This is that part, shared by
-//! every backend whose lock can be lost; each keeps a [`Command`] in the
-//! state its watcher thread shares with lockrun.
+//! command must then not go on believing it holds the lock: it and every
+//! process it started get SIGTERM, then SIGKILL after the grace. This is
+//! that part, shared by every backend whose lock can be lost; each keeps a
+//! [`Command`] in the state its watcher thread shares with lockrun.
 
 use std::sync::MutexGuard;
 use std::time::Duration;
@@ -49,5 +49,12 @@ pub fn stop_command<S>(
     // Pinned while the pid is set, so before it can be reaped.
     let target = crate::platform::Target::pin(pid);
     drop(state);
-    crate::platform::stop_all(target.into_iter().collect(), grace, Vec::new);
+    // Not the command alone: what it started (a shell's children, a
+    // daemon in its own session) would go on as if the lock were held, and
+    // keep a pipe to lockrun's reader open. The same finder and the same
+    // stop as `--max-time` with a lent descriptor.
+    let tree = crate::backend::command_tree();
+    let find = || crate::platform::Target::pin_all(tree(pid));
+    let targets = target.into_iter().chain(find()).collect();
+    crate::platform::stop_all(targets, grace, find);
 }

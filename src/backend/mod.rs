@@ -253,9 +253,31 @@ pub trait Held {
     fn inheritors(&self) -> Option<Inheritors> {
         None
     }
+    /// Whether what [`Held::inheritors`] finds is limited to lockrun's
+    /// descendants (a lent descriptor, which the caller's own processes
+    /// share): lockrun must then adopt the orphans its command leaves
+    /// behind, or a double fork or a setsid would hide them under init.
+    fn searches_descendants(&self) -> bool {
+        false
+    }
     /// Lets go of the lock. `Err`: it was lost while the command ran (the
     /// command was stopped), with the reason.
     fn release(self) -> Result<(), String>;
+}
+
+/// Everything the command started (its children, whatever process group or
+/// session they moved to, and the orphans lockrun adopts as their
+/// subreaper), for `--max-time` and a lost lock to stop with it. The
+/// file backend's finder for a lent descriptor and a lock URL's, which has
+/// no descriptor to trace; both need [`Held::searches_descendants`].
+pub fn command_tree() -> Inheritors {
+    let me = std::process::id() as i32;
+    Box::new(move |command| {
+        crate::platform::descendants(me)
+            .into_iter()
+            .filter(|&pid| pid != command)
+            .collect()
+    })
 }
 
 /// What a lock URL's held lock adds to the command's environment: the

@@ -459,6 +459,194 @@ fn process_locks(pid: i32, dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
     Ok(found)
 }
 
+/// The processes, lockrun excluded, with a descriptor on the open file
+/// description `ours` (an inherited or passed copy of it, whatever its
+/// number): each holds lockrun's lock, flock(2) and OFD alike, since both
+/// belong to the open file description. The kernel's lock lines cannot
+/// tell them apart from other openers of the file: an OFD lock shows pid
+/// -1 wherever it is held, so kcmp(2) compares the descriptions
+/// themselves. Where kcmp cannot answer (a kernel built without it) only
+/// a flock(2) lock can be traced, by the pid that took it (ours).
+/// Called only when `--max-time` fires: it reads every process's fds.
+pub fn sharing_description(ours: std::os::fd::BorrowedFd<'_>, dev: u64, ino: u64) -> Vec<i32> {
+    use std::os::fd::AsRawFd;
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Some(theirs) = fd.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            // One stat through the link first: only descriptors on the
+            // lock file are worth comparing.
+            let Ok(meta) = fs::metadata(fd.path()) else {
+                continue;
+            };
+            if meta.dev() != dev || meta.ino() != ino {
+                continue;
+            }
+            let shares = match same_description(me, ours.as_raw_fd(), pid, theirs) {
+                Some(same) => same,
+                None => locked_by(pid, theirs, me),
+            };
+            if shares {
+                found.push(pid);
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// kcmp(2) KCMP_FILE: whether our `ours` and `pid`'s `theirs` are one open
+/// file description; `None` when the kernel cannot say (no kcmp, or not
+/// allowed to look at that process).
+fn same_description(me: i32, ours: i32, pid: i32, theirs: i32) -> Option<bool> {
+    const KCMP_FILE: libc::c_int = 0;
+    // SAFETY: kcmp only compares kernel objects named by pids and
+    // descriptor numbers; no memory is passed.
+    let answer = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            me as libc::pid_t,
+            pid as libc::pid_t,
+            KCMP_FILE,
+            ours as libc::c_ulong,
+            theirs as libc::c_ulong,
+        )
+    };
+    if answer >= 0 {
+        return Some(answer == 0);
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOSYS | libc::EPERM | libc::EACCES) => None,
+        // EBADF, ESRCH: the descriptor or the process is gone since.
+        _ => Some(false),
+    }
+}
+
+/// Whether `pid`'s descriptor `fd` holds a lock that `caller` took, as its
+/// fdinfo shows (a flock(2) lock names the process that called flock).
+fn locked_by(pid: i32, fd: i32, caller: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).is_ok_and(|info| {
+        info.lines()
+            .filter_map(|line| line.strip_prefix("lock:"))
+            .filter_map(parse_lock_line)
+            .any(|l| !l.lock.waiting && l.lock.pid == caller)
+    })
+}
+
+/// Every live process descended from `root` (not `root` itself), by the
+/// parent links in /proc/*/stat; zombies left out (they hold nothing).
+/// A process whose parent exits is adopted by the nearest subreaper, so
+/// with [`adopt_orphans`] what a command started stays below lockrun even
+/// after a double fork or a setsid. Called only to stop processes.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut links: Vec<(i32, i32)> = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut buf = [0u8; 1024];
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Some(n) = read_small(&format!("/proc/{pid}/stat"), &mut buf) else {
+            continue;
+        };
+        let stat = &buf[..n];
+        // After the command name, which may hold anything: ") S PPID ...".
+        let Some(close) = stat.iter().rposition(|&b| b == b')') else {
+            continue;
+        };
+        let mut fields = std::str::from_utf8(&stat[close + 1..])
+            .unwrap_or("")
+            .split_whitespace();
+        let (Some(state), Some(parent)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if state == "Z" || state == "X" {
+            continue;
+        }
+        if let Ok(parent) = parent.parse::<i32>() {
+            links.push((pid, parent));
+        }
+    }
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        next += 1;
+        for &(pid, ppid) in &links {
+            if ppid == parent && !found.contains(&pid) {
+                found.push(pid);
+            }
+        }
+    }
+    found.remove(0);
+    found
+}
+
+/// Makes lockrun the subreaper of what its command starts
+/// (PR_SET_CHILD_SUBREAPER), so that [`descendants`] finds an orphan
+/// (a daemon, a setsid'd child whose parent exited) under lockrun rather
+/// than under init. Such orphans become lockrun's children: lockrun must
+/// reap them when they exit (`run::command`), and when lockrun exits they
+/// pass on to the next subreaper, as they would have.
+pub fn adopt_orphans() -> bool {
+    // SAFETY: prctl on our own process, no pointers passed.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) == 0 }
+}
+
+/// Waits until the child `command` has exited, leaving it unreaped (its
+/// pid stays its own), and reaps every other child that exits meanwhile:
+/// with [`adopt_orphans`] those are the command's orphans, each a zombie
+/// holding a process-table slot until its parent reaps it. Returns false
+/// if waiting failed (no such child), as `waitid` on the command would.
+pub fn wait_reaping_orphans(command: i32) -> bool {
+    loop {
+        // SAFETY: an all-zero siginfo_t is a valid value for waitid to fill.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid(2) fills `info`, a valid siginfo_t we own.
+        let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        // SAFETY: waitid with WEXITED filled in a child's siginfo.
+        let child = unsafe { info.si_pid() };
+        if child == command || child <= 0 {
+            return true;
+        }
+        // An adopted orphan, never the command (whose pid lockrun still
+        // needs): reap it so that its pid goes back to the kernel.
+        // SAFETY: waitpid on our own child, which has exited.
+        unsafe { libc::waitpid(child, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+}
+
 /// The file behind one of our descriptors, as /proc/self/fd names it;
 /// `None` for what has no name to show (a pipe, a deleted file).
 pub fn descriptor_path(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {

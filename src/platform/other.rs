@@ -64,6 +64,19 @@ pub fn kernel_locks(_id: LockId) -> io::Result<LockTable> {
 pub fn fd_holders(_dev: u64, _ino: u64) -> (Vec<FdHolder>, bool) {
     (Vec::new(), false)
 }
+pub fn sharing_description(_ours: std::os::fd::BorrowedFd<'_>, _dev: u64, _ino: u64) -> Vec<i32> {
+    Vec::new()
+}
+pub fn descendants(_root: i32) -> Vec<i32> {
+    Vec::new()
+}
+pub fn adopt_orphans() -> bool {
+    false
+}
+pub fn wait_reaping_orphans(_command: i32) -> bool {
+    // adopt_orphans never succeeds here: there are no orphans to reap.
+    false
+}
 pub fn process_holds(_pid: i32, _dev: u64, _ino: u64) -> Option<bool> {
     None
 }

@@ -30,6 +30,11 @@ impl Target {
         }
     }
 
+    /// Pins each of `pids`, leaving out those already gone.
+    pub fn pin_all(pids: Vec<i32>) -> Vec<Target> {
+        pids.into_iter().filter_map(Target::pin).collect()
+    }
+
     pub fn signal(&self, sig: i32) -> io::Result<()> {
         let Some(signal) = rustix::process::Signal::from_named_raw(sig) else {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -108,6 +113,14 @@ fn wait_any(_targets: &[Target], timeout: Duration) {
 /// SIGKILL to whatever still lives and to whatever `more` finds since (a
 /// child that took the lock descriptor meanwhile), then a bounded wait for
 /// them to go. Returns each pid signalled with the last signal it got.
+///
+/// A command that ignores SIGTERM and keeps forking defeats a single scan
+/// followed by a single SIGKILL pass: what it forks between the two is
+/// missed. So everything found is first frozen (SIGSTOP; a fork under way
+/// when the signal arrives is abandoned by the kernel, so a stopped process
+/// forks no more) and `more` asked again until it finds nothing new; only
+/// then is the frozen set killed. The whole is repeated, bounded, until
+/// `more` finds nothing alive.
 pub fn stop_all(
     targets: Vec<Target>,
     grace: Duration,
@@ -123,22 +136,60 @@ pub fn stop_all(
         .checked_add(grace)
         .unwrap_or_else(Instant::now);
     let mut alive = wait_exited(targets, until);
-    for extra in more() {
-        if !alive.iter().any(|t| t.pid == extra.pid) {
-            alive.push(extra);
+    // Each round freezes and kills one generation and what it forked
+    // before it stopped; a few rounds suffice, the bound is for a process
+    // the kernel keeps showing (one stuck in uninterruptible sleep).
+    for _ in 0..ROUNDS {
+        let frozen = freeze(alive, &more);
+        if frozen.is_empty() {
+            break;
         }
-    }
-    for target in &alive {
-        if target.signal(libc::SIGKILL).is_ok() {
-            match stopped.iter_mut().find(|(pid, _)| *pid == target.pid) {
-                Some(entry) => entry.1 = libc::SIGKILL,
-                None => stopped.push((target.pid, libc::SIGKILL)),
+        for target in &frozen {
+            if target.signal(libc::SIGKILL).is_ok() {
+                match stopped.iter_mut().find(|(pid, _)| *pid == target.pid) {
+                    Some(entry) => entry.1 = libc::SIGKILL,
+                    None => stopped.push((target.pid, libc::SIGKILL)),
+                }
             }
         }
+        // SIGKILL cannot be refused; wait (bounded) for the lock to be let go.
+        let left = wait_exited(frozen, Instant::now() + Duration::from_secs(5));
+        if !left.is_empty() {
+            // Still there after 5 s: stuck in the kernel, where nothing
+            // lockrun sends can hurry it.
+            break;
+        }
+        alive = Vec::new();
     }
-    // SIGKILL cannot be refused; wait (bounded) for the lock to be let go.
-    wait_exited(alive, Instant::now() + Duration::from_secs(5));
     stopped
+}
+
+/// How many freeze-and-kill rounds [`stop_all`] makes at most.
+const ROUNDS: usize = 200;
+
+/// SIGSTOP to `alive` and to everything `more` finds, asking `more` again
+/// until it finds no one new (bounded); returns them all, still alive.
+fn freeze(alive: Vec<Target>, more: &impl Fn() -> Vec<Target>) -> Vec<Target> {
+    let mut frozen: Vec<Target> = Vec::new();
+    let mut new = alive;
+    for _ in 0..ROUNDS {
+        for extra in more() {
+            if !frozen.iter().chain(&new).any(|t| t.pid == extra.pid) {
+                new.push(extra);
+            }
+        }
+        new.retain(|t| !t.exited());
+        if new.is_empty() {
+            break;
+        }
+        for target in &new {
+            let _ = target.signal(libc::SIGSTOP);
+        }
+        frozen.append(&mut new);
+    }
+    frozen.append(&mut new);
+    frozen.retain(|t| !t.exited());
+    frozen
 }
 
 /// Where the command will run: in lockrun's process group, which lockrun

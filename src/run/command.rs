@@ -33,8 +33,11 @@ impl Ending {
 /// zombie, its pid cannot be reused: signal forwarding is switched off
 /// then, before the pid is freed, and `while_zombie` can still read
 /// /proc/PID (its start time, say) or stop watching it.
+/// `reap_orphans`: lockrun adopted the command's orphans
+/// (`platform::adopt_orphans`), which it reaps as they exit meanwhile.
 pub fn wait_for_command<T>(
     pid: i32,
+    reap_orphans: bool,
     while_zombie: impl FnOnce(i32) -> T,
 ) -> Result<(ExitStatus, T), Failure> {
     use rustix::process::{Pid, WaitId, WaitIdOptions, WaitOptions, waitid, waitpid};
@@ -45,7 +48,9 @@ pub fn wait_for_command<T>(
         ));
     };
     let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
-    while let Err(rustix::io::Errno::INTR) = waitid(WaitId::Pid(raw), exited) {}
+    if !(reap_orphans && crate::platform::wait_reaping_orphans(pid)) {
+        while let Err(rustix::io::Errno::INTR) = waitid(WaitId::Pid(raw), exited) {}
+    }
     signals::command_exited();
     let seen = while_zombie(pid);
     let status = loop {

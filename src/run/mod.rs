@@ -159,6 +159,11 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     }
 
     let told_by_child = recording.as_ref().and_then(Recording::for_child);
+    // Only when a stop may have to find them: one prctl, before the
+    // command can fork anything.
+    let reap_orphans = held.searches_descendants()
+        && (flow.settings.max_time.is_some() || held.dies_with_lockrun())
+        && platform::adopt_orphans();
     signals::command_starting(kept_group);
     let started = start(&command, told_by_child.clone(), &held);
     let pid = match started {
@@ -189,7 +194,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         .max_time
         .map(|limit| Supervisor::start(pid, limit, flow.settings.kill_grace, &held));
 
-    let (status, start) = wait_for_command(pid, |pid| {
+    let (status, start) = wait_for_command(pid, reap_orphans, |pid| {
         held.command_exited();
         let told = told_by_child.as_ref()?;
         told.start_seen()
@@ -244,7 +249,7 @@ fn start<H: Held>(
 fn release<H: Held>(held: H, flow: &Flow, pid: i32, stopped: Option<Stopped>) -> Option<Ending> {
     if let Err(reason) = held.release() {
         crate::say!(
-            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM (and SIGKILL if it still ran {} later)",
+            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM with every process it started (and SIGKILL if it still ran {} later)",
             persona::name(),
             flow.label,
             display::span(flow.settings.kill_grace)

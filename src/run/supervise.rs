@@ -28,12 +28,21 @@ pub struct Stopped {
 
 impl Stopped {
     pub fn describe(&self) -> String {
+        // A command that kept forking can leave thousands: name the first
+        // few and count the rest, so the line stays a line.
         let list = |sig: i32| {
-            self.stopped
+            let pids: Vec<String> = self
+                .stopped
                 .iter()
                 .filter(|(_, s)| *s == sig)
                 .map(|(pid, _)| pid.to_string())
-                .collect::<Vec<_>>()
+                .collect();
+            if pids.len() <= SHOWN {
+                return pids;
+            }
+            let mut shown = pids[..SHOWN].to_vec();
+            shown.push(format!("and {} more", pids.len() - SHOWN));
+            shown
         };
         let (term, kill) = (list(libc::SIGTERM), list(libc::SIGKILL));
         let mut text = format!(
@@ -56,6 +65,9 @@ impl Stopped {
         text
     }
 }
+
+/// How many pids per signal the message names.
+const SHOWN: usize = 10;
 
 #[derive(Default)]
 struct State {
@@ -131,15 +143,10 @@ fn watch(
     }
     let command_pid = command.as_ref().map_or(0, |c| c.pid);
     let find = || -> Vec<Target> {
-        let mut found: Vec<Target> = Vec::new();
-        if let Some(inheritors) = &inheritors {
-            for pid in inheritors(command_pid) {
-                if let Some(target) = Target::pin(pid) {
-                    found.push(target);
-                }
-            }
+        match &inheritors {
+            Some(inheritors) => Target::pin_all(inheritors(command_pid)),
+            None => Vec::new(),
         }
-        found
     };
     let targets: Vec<Target> = command.into_iter().chain(find()).collect();
     let stopped = platform::stop_all(targets, grace, find);

@@ -439,6 +439,16 @@ impl Held for EtcdHeld {
         true
     }
 
+    /// A lock URL has no descriptor whose holders could be traced: what
+    /// `--max-time` stops with the command is everything it started.
+    fn inheritors(&self) -> Option<crate::backend::Inheritors> {
+        Some(crate::backend::command_tree())
+    }
+
+    fn searches_descendants(&self) -> bool {
+        true
+    }
+
     fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
         if released {
             // The last holder's record outlives the lease under NAME itself,

@@ -211,6 +211,7 @@ impl Backend for FileBackend {
             lock: self.lock,
             record_file,
             inherit: self.inherit,
+            lent: self.spec.fd.is_some() || self.lent_fd.is_some(),
             label: self.label,
             verbose,
         })
@@ -249,6 +250,9 @@ pub struct FileHeld {
     /// The writable descriptor for the record, when one may be written.
     record_file: Option<File>,
     inherit: bool,
+    /// The descriptor was lent by the caller (`--fd N`): the caller and its
+    /// other children hold the lock through it too.
+    lent: bool,
     label: String,
     verbose: bool,
 }
@@ -285,20 +289,47 @@ impl Held for FileHeld {
         }
     }
 
+    /// Every process that shares lockrun's open file description holds
+    /// its lock, whatever lock it is: compared by description, not by the
+    /// pid in the kernel's lock line, which an OFD lock (`--fcntl`, a byte
+    /// range) shows as -1. With a lent descriptor the caller's processes
+    /// share it too; they are not lockrun's to stop: only what the command
+    /// started is.
     fn inheritors(&self) -> Option<crate::backend::Inheritors> {
         if !self.inherit {
             return None;
         }
         let (dev, ino) = self.lock.identity();
         let me = std::process::id() as i32;
+        // The watcher thread's own copy of the descriptor, the same open
+        // file description: kcmp names it by number. If none can be made
+        // (no descriptor left), a flock(2) lock can still be traced by the
+        // pid that took it.
+        let ours = self.lock.file().try_clone().ok();
+        // With a lent descriptor, the same finder as a lock URL's.
+        let tree = self.lent.then(crate::backend::command_tree);
         Some(Box::new(move |command| {
-            crate::platform::fd_holders(dev, ino)
-                .0
-                .into_iter()
-                .filter(|h| h.caller == me && h.pid != me && h.pid != command)
-                .map(|h| h.pid)
-                .collect()
+            let mut found: Vec<i32> = match &ours {
+                Some(file) => crate::platform::sharing_description(file.as_fd(), dev, ino),
+                None => crate::platform::fd_holders(dev, ino)
+                    .0
+                    .into_iter()
+                    .filter(|h| h.caller == me && h.pid != me)
+                    .map(|h| h.pid)
+                    .collect(),
+            };
+            found.retain(|&pid| pid != command);
+            if let Some(tree) = tree.as_ref().filter(|_| !found.is_empty()) {
+                let mine = tree(command);
+                found.retain(|pid| mine.contains(pid));
+            }
+            found.dedup();
+            found
         }))
+    }
+
+    fn searches_descendants(&self) -> bool {
+        self.lent && self.inherit
     }
 
     fn release(self) -> Result<(), String> {

@@ -547,6 +547,10 @@ impl Held for SlotHeld {
         self.held.inheritors()
     }
 
+    fn searches_descendants(&self) -> bool {
+        self.held.searches_descendants()
+    }
+
     fn release(self) -> Result<(), String> {
         self.held.release()
     }

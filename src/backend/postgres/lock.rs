@@ -998,6 +998,16 @@ impl Held for PgHeld {
         true
     }
 
+    /// A lock URL has no descriptor whose holders could be traced: what
+    /// `--max-time` stops with the command is everything it started.
+    fn inheritors(&self) -> Option<crate::backend::Inheritors> {
+        Some(crate::backend::command_tree())
+    }
+
+    fn searches_descendants(&self) -> bool {
+        true
+    }
+
     fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
         // Once released the session ends and its statement text with it:
         // keeping the last holder's record would need a table (DDL).
