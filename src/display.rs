@@ -199,6 +199,17 @@ pub fn busy(label: &str, holder: &str, waited: Duration) -> String {
     }
 }
 
+/// The bytes a byte-range lock covers, `end` inclusive (`None`: to the end
+/// of the file): `bytes 0-4`, `bytes 10 to the end of the file`, `the
+/// whole file`.
+pub fn byte_range(start: u64, end: Option<u64>) -> String {
+    match (start, end) {
+        (0, None) => "the whole file".to_owned(),
+        (start, None) => format!("bytes {start} to the end of the file"),
+        (start, Some(end)) => format!("bytes {start}-{end}"),
+    }
+}
+
 /// An error with its causes, each said once: a TLS failure is three or four
 /// layers down in a client library's errors, and the top layer alone
 /// ("transport error") tells a person nothing.

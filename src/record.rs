@@ -307,6 +307,7 @@ pub enum NoRecord {
     HardLinks,
     ForeignContent,
     Unreadable,
+    ByteRange,
 }
 
 impl NoRecord {
@@ -325,6 +326,9 @@ impl NoRecord {
                 "the lock file holds content that is not a lockrun record, which lockrun never overwrites"
             }
             NoRecord::Unreadable => "the lock file's content could not be read",
+            NoRecord::ByteRange => {
+                "a byte-range lock (--start/--length) gets no record: holders of other ranges of the file hold it at the same time, and one record would name only one of them"
+            }
         }
     }
 }

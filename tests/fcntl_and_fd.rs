@@ -235,3 +235,89 @@ fn fd_mode_names_the_file_behind_the_descriptor_on_conflict() {
         "{err}"
     );
 }
+
+/// `holder`'s human output cut into blocks: the first line, then one block
+/// per line indented by two spaces, with the lines indented deeper under it.
+fn blocks(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let deeper = line.starts_with("   ");
+        match out.last_mut() {
+            Some(block) if deeper => {
+                block.push('\n');
+                block.push_str(line);
+            }
+            _ => out.push(line.to_owned()),
+        }
+    }
+    out
+}
+
+/// Issue 26 item 9: holders of different byte ranges of one file never
+/// overwrite each other's record (CONTRACT §13). A range lock writes no
+/// record; a whole-file holder beside them (flock(2), another kind) keeps
+/// its own; `holder` shows each range's holders as a lock of their own,
+/// with kind and range, never as "also held through" another range, and
+/// says the kind of a lone `--fcntl` holder too.
+#[test]
+fn item_9_byte_range_holders_never_share_a_record() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let script = "echo ready $$; read x";
+    let (_a, first) =
+        Background::lockrun_holding(&["--start", "0", "--length", "5"], &lock, script);
+    let (_b, second) =
+        Background::lockrun_holding(&["--start", "10", "--length", "5"], &lock, script);
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        "",
+        "a range holder wrote a record, which names one holder of the file among several"
+    );
+    let (_c, whole) = Background::lockrun_holding(&[], &lock, script);
+    assert_eq!(record_json(&lock)["pid"].to_string(), whole[0]);
+
+    let text = holder_text(&lock);
+    let blocks = blocks(&text);
+    assert!(blocks[0].ends_with(": held by 3 separate locks"), "{text}");
+    let block = |heading: &str| {
+        blocks
+            .iter()
+            .find(|b| b.starts_with(heading))
+            .unwrap_or_else(|| panic!("no block {heading:?} in:\n{text}"))
+            .clone()
+    };
+    let pid = |p: &str| format!("pid {p} `");
+    let low = block("  OFD lock on bytes 0-4 (exclusive): ");
+    let high = block("  OFD lock on bytes 10-14 (exclusive): ");
+    let flock = block(&format!(
+        "  flock(2) lock on the whole file (exclusive): pid {} `sh -c",
+        whole[0]
+    ));
+    assert!(low.contains(&pid(&first[0])), "{text}");
+    assert!(high.contains(&pid(&second[0])), "{text}");
+    for (range, other) in [(&low, &second[0]), (&low, &whole[0]), (&high, &first[0])] {
+        assert!(!range.contains(&pid(other)), "{text}");
+    }
+    for range in [&low, &high] {
+        assert!(
+            !range.contains("since") && !range.contains("user "),
+            "{text}"
+        );
+    }
+    assert!(
+        flock.contains(", user ") && flock.contains("via lockrun pid"),
+        "{text}"
+    );
+
+    // A lone OFD holder on the whole file keeps its record, and says its kind.
+    let other = dir.path().join("fcntl.lock");
+    let (_d, words) = Background::lockrun_holding(&["--fcntl"], &other, script);
+    let text = holder_text(&other);
+    assert!(
+        text.contains(&format!(
+            "held (exclusive) by pid {} `sh -c 'echo ready $$; read x'`, OFD lock on the whole file, user ",
+            words[0]
+        )),
+        "{text}"
+    );
+}

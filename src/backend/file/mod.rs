@@ -226,6 +226,13 @@ pub(crate) fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
     if lock.is_dir {
         return Err(NoRecord::Directory);
     }
+    // One record per file, and a byte-range lock is not the only holder
+    // of the file: another range's holder would overwrite its record, or
+    // it another's (CONTRACT §13). An OFD lock on the whole file excludes
+    // every other range, so it keeps its record, as flock(2)'s does.
+    if matches!(lock.kind(), lock::LockKind::Ofd { start, len } if start != 0 || len != 0) {
+        return Err(NoRecord::ByteRange);
+    }
     if lock.hard_links > 1 {
         return Err(NoRecord::HardLinks);
     }
