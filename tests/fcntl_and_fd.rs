@@ -321,3 +321,113 @@ fn item_9_byte_range_holders_never_share_a_record() {
         "{text}"
     );
 }
+
+/// Issue 26 item 10: a conflict or waiting message names only a holder the
+/// kernel confirms (CONTRACT §13). An old released record is not blamed
+/// for shared holders, a lockf(3) holder or a range holder, and a live
+/// whole-file holder's record is not blamed for another range's conflict.
+#[test]
+fn item_10_conflict_messages_name_only_what_the_kernel_confirms() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let script = "echo ready $$; read x";
+    // An old run's released record, naming a process that is gone.
+    lockrun().arg(&lock).arg("true").assert().success();
+    let old = format!("pid {}", record_json(&lock)["pid"]);
+    let blames_nobody_gone = |stderr: &str| {
+        assert!(
+            !stderr.contains("gone") && !stderr.contains(&old),
+            "{stderr}"
+        );
+    };
+
+    let shared: Vec<_> = (0..3)
+        .map(|_| Background::lockrun_holding(&["-s"], &lock, script))
+        .collect();
+    let out = lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(" is held shared by 3 processes"),
+        "{stderr}"
+    );
+    blames_nobody_gone(&stderr);
+    let out = lockrun()
+        .args(["-v", "-w", "0.05"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(", held shared by 3 processes"), "{stderr}");
+    blames_nobody_gone(&stderr);
+    drop(shared);
+    wait_for("the shared holders to let go", || {
+        kernel_holders(&lock) == 0
+    });
+
+    if python() {
+        let mut cmd = Command::new("python3");
+        cmd.args([LOCKF, lock.to_str().unwrap(), "hold", "0", "0"]);
+        let mut posix = Background::spawn(cmd);
+        posix.expect_ready();
+        let out = lockrun()
+            .args(["-n", "--fcntl"])
+            .arg(&lock)
+            .arg("true")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(75));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                " is held by a POSIX lock of pid {} (",
+                posix.pid()
+            )),
+            "{stderr}"
+        );
+        blames_nobody_gone(&stderr);
+        posix.release();
+        assert!(posix.wait_exit(BOUND).success());
+    }
+
+    let (_range, _) =
+        Background::lockrun_holding(&["--start", "0", "--length", "5"], &lock, script);
+    let out = lockrun()
+        .args(["-n", "--start", "2", "--length", "1"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(" is held by an OFD lock on bytes 0-4"),
+        "{stderr}"
+    );
+    blames_nobody_gone(&stderr);
+    // A live flock(2) holder's record, confirmed by the kernel for a flock
+    // contender, says nothing about a byte range.
+    let (_whole, whole) = Background::lockrun_holding(&[], &lock, script);
+    let out = lockrun()
+        .args(["-n", "--start", "2", "--length", "1"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(" is held by an OFD lock on bytes 0-4")
+            && !stderr.contains(&format!("pid {}", whole[0])),
+        "{stderr}"
+    );
+    let out = lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(" is held by pid {} (sh -c", whole[0])),
+        "{stderr}"
+    );
+}

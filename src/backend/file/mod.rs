@@ -166,7 +166,12 @@ impl Contender for FileBackend {
     }
 
     fn conflict_holder(&mut self) -> String {
-        holder::conflict_holder(&self.lock, &self.label)
+        let held = self.conflict_held();
+        held.strip_prefix("by ").map(str::to_owned).unwrap_or(held)
+    }
+
+    fn conflict_held(&mut self) -> String {
+        holder::conflict_held(&self.lock, self.mode, &self.label)
     }
 }
 
