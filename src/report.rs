@@ -32,11 +32,16 @@ pub fn human(report: &Report) -> String {
             plural(report.waiting, "process", "processes")
         );
     }
-    if report.unreadable && !(report.state == State::Free && report.record.is_none()) {
-        out.push_str("\n  (the lock file's content could not be read, so its record is unknown)");
+    // A held lock says it where it would say "(no lockrun record)", a
+    // free one in its first line: only an unknown one needs it here.
+    if report.unreadable && report.state == State::Unknown {
+        out.push_str(UNREADABLE);
     }
     out
 }
+
+const UNREADABLE: &str =
+    "\n  (the lock file's content could not be read, so its record is unknown)";
 
 /// When `--max-time` runs out for a held lock: `stops at 03:00:03 UTC (in
 /// 13m) (--max-time 1h)`.
@@ -164,6 +169,7 @@ fn held(report: &Report, path: &str) -> String {
 /// record says, and why it is not believed.
 fn record_note(report: &Report, text: &mut String) {
     match &report.record {
+        None if report.unreadable => text.push_str(UNREADABLE),
         None => text.push_str("\n  (no lockrun record)"),
         Some(record) if !record.is_released() => match report.record_holder_alive {
             None => {
