@@ -180,6 +180,20 @@ fn record_note(report: &Report, text: &mut String) {
                     why_unchecked(record)
                 );
             }
+            // Alive, missing from the holders found, and its descriptors
+            // hidden from us: "does not hold it" would be a guess.
+            Some(true) if report.record_unconfirmed => {
+                let pid = record
+                    .pid
+                    .map_or_else(|| "PID".to_owned(), |p| p.to_string());
+                let _ = write!(
+                    text,
+                    "\n  (the record names {}; whether it holds the lock cannot be told from \
+                     here: its descriptors (/proc/{pid}/fdinfo) are another user's, which only \
+                     root may read)",
+                    who(record)
+                );
+            }
             Some(_) => {
                 let _ = write!(
                     text,

@@ -720,6 +720,27 @@ fn held_by_root_seen_by_nobody(
     (dir, holder, words[0].clone(), out)
 }
 
+/// Issue 26 item 13: another user may not read the holder's descriptors
+/// (fdinfo), so `holder` cannot tell whether the recorded command holds
+/// the lock, and says so, rather than that it does not.
+#[test]
+fn item_13_holder_as_another_user_cannot_tell_rather_than_deny() {
+    if !can_drop_privileges() {
+        return;
+    }
+    let (_dir, _holder, command, out) = held_by_root_seen_by_nobody(0o644);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(": held (exclusive) by pid "), "{text}");
+    assert!(!text.contains("does not hold it now"), "{text}");
+    assert!(
+        text.contains(&format!("the record names pid {command} `sh -c"))
+            && text.contains("cannot be told")
+            && text.contains(&format!("/proc/{command}/fdinfo")),
+        "{text}"
+    );
+}
+
 /// Issue 26 item 18: a held lock file another user may not read says one
 /// thing of its record: that it is unknown, not also that there is none.
 #[test]
