@@ -187,15 +187,27 @@ pub fn holder_summary(record: &Record) -> String {
 }
 
 /// The message for a lock not acquired: busy at once, or a wait that
-/// timed out. Every backend and form says it the same way.
-pub fn busy(label: &str, holder: &str, waited: Duration) -> String {
+/// timed out. Every backend and form says it the same way. `held` is what
+/// follows "held": `by pid 4243 (…)`, `shared by 3 processes`.
+pub fn busy(label: &str, held: &str, waited: Duration) -> String {
     if waited.is_zero() {
-        format!("{label} is held by {holder}")
+        format!("{label} is held {held}")
     } else {
         format!(
-            "timed out after {} waiting for {label}, held by {holder}",
+            "timed out after {} waiting for {label}, held {held}",
             span(waited)
         )
+    }
+}
+
+/// The bytes a byte-range lock covers, `end` inclusive (`None`: to the end
+/// of the file): `bytes 0-4`, `bytes 10 to the end of the file`, `the
+/// whole file`.
+pub fn byte_range(start: u64, end: Option<u64>) -> String {
+    match (start, end) {
+        (0, None) => "the whole file".to_owned(),
+        (start, None) => format!("bytes {start} to the end of the file"),
+        (start, Some(end)) => format!("bytes {start}-{end}"),
     }
 }
 

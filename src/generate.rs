@@ -301,7 +301,8 @@ command has exited lockrun adds when and how it ended. So a held lock tells who
 holds it, and a free one who held it last. The record is written only into a
 file that is empty or already holds a record, never into other content, a file
 with several hard links, a directory, in shared mode, in the descriptor forms,
-or with \\fB\\-\\-no\\-record\\fR.
+for a byte range (\\fB\\-\\-start\\fR, \\fB\\-\\-length\\fR: other ranges' holders hold the
+file at the same time), or with \\fB\\-\\-no\\-record\\fR.
 .SS holder and check
 .B lockrun holder
 \\fILOCKFILE\\fR... says who holds each lock now, or held it last;

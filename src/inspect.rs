@@ -46,6 +46,12 @@ pub struct Report {
     /// The lock file exists but its content could not be read.
     #[serde(skip)]
     pub unreadable: bool,
+    /// Held, and the live holder the unreleased record names is not among
+    /// the holders found, but its descriptors (fdinfo) could not be looked
+    /// at (another user's, without root): whether it holds the lock cannot
+    /// be told, which is not the same as "it does not".
+    #[serde(skip)]
+    pub record_unconfirmed: bool,
     /// `--slots N`: N, and the report on each slot's lock file (slot 1
     /// first). Absent for a plain lock.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -132,6 +138,7 @@ impl Report {
             exists: true,
             waiting: 0,
             unreadable: false,
+            record_unconfirmed: false,
             slots: None,
             slot_reports: None,
             service: None,
@@ -194,6 +201,41 @@ pub fn look_up(target: &LockTarget, want_holders: bool, probe: bool) -> Result<R
 }
 
 pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
+    let mut report = inspect_file(path, want_holders)?;
+    if report.state == State::Held
+        && report.slot_reports.is_none()
+        && report.record_holder_alive == Some(true)
+        && let Some(record) = report.record.as_ref().filter(|r| !r.is_released())
+        && !report
+            .holders
+            .iter()
+            .any(|h| Some(i64::from(h.pid)) == record.pid)
+        && let Ok(meta) = fs::metadata(path)
+    {
+        // The holders came from descriptors we could read, or from the
+        // kernel's table when we could read none: a recorded process we
+        // may not look at is missing from them either way.
+        let looked = [record.pid, record.lockrun_pid]
+            .into_iter()
+            .flatten()
+            .filter_map(|pid| i32::try_from(pid).ok())
+            .map(|pid| platform::process_holds(pid, meta.dev(), meta.ino()));
+        let (mut holds, mut hidden) = (false, false);
+        for answer in looked {
+            match answer {
+                Some(true) => holds = true,
+                Some(false) => {}
+                None => hidden = true,
+            }
+        }
+        // A recorded process that does hold it, though the holders missed
+        // it (it took the lock just now), cannot be said not to.
+        report.record_unconfirmed = hidden || holds;
+    }
+    Ok(report)
+}
+
+fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     let shown = path.to_string_lossy().into_owned();
     let meta = match fs::metadata(path) {
         Ok(meta) => meta,

@@ -308,6 +308,7 @@ pub enum NoRecord {
     ForeignContent,
     NotCreatedAsFlock,
     Unreadable,
+    ByteRange,
 }
 
 impl NoRecord {
@@ -329,6 +330,9 @@ impl NoRecord {
                 "as flock, lockrun writes a record only into a lock file it created or one that holds a lockrun record, and another program made this one"
             }
             NoRecord::Unreadable => "the lock file's content could not be read",
+            NoRecord::ByteRange => {
+                "a byte-range lock (--start/--length) gets no record: holders of other ranges of the file hold it at the same time, and one record would name only one of them"
+            }
         }
     }
 }

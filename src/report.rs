@@ -32,11 +32,16 @@ pub fn human(report: &Report) -> String {
             plural(report.waiting, "process", "processes")
         );
     }
-    if report.unreadable && !(report.state == State::Free && report.record.is_none()) {
-        out.push_str("\n  (the lock file's content could not be read, so its record is unknown)");
+    // A held lock says it where it would say "(no lockrun record)", a
+    // free one in its first line: only an unknown one needs it here.
+    if report.unreadable && report.state == State::Unknown {
+        out.push_str(UNREADABLE);
     }
     out
 }
+
+const UNREADABLE: &str =
+    "\n  (the lock file's content could not be read, so its record is unknown)";
 
 /// When `--max-time` runs out for a held lock: `stops at 03:00:03 UTC (in
 /// 13m) (--max-time 1h)`.
@@ -65,6 +70,10 @@ fn stops_at(record: &crate::record::Record, limit: &str) -> String {
 }
 
 fn held(report: &Report, path: &str) -> String {
+    let locks = separate_locks(&report.holders);
+    if locks.len() > 1 {
+        return held_by_several(report, path, &locks);
+    }
     let mode = report
         .holders
         .first()
@@ -82,7 +91,13 @@ fn held(report: &Report, path: &str) -> String {
                     .any(|h| Some(i64::from(h.pid)) == r.pid)
         });
     if let Some(record) = record {
-        let mut text = format!("{path}: held ({mode}) by {}", who(record));
+        let kind = report
+            .holders
+            .iter()
+            .find(|h| Some(i64::from(h.pid)) == record.pid)
+            .or(report.holders.first())
+            .and_then(|h| h.span.as_ref());
+        let mut text = format!("{path}: held ({mode}) by {}{}", who(record), span(kind));
         if let Some(user) = &record.user {
             let _ = write!(text, ", user {}", escape(user));
         }
@@ -145,7 +160,16 @@ fn held(report: &Report, path: &str) -> String {
             text
         }
     };
+    record_note(report, &mut text);
+    service_details(report, &mut text);
+    text
+}
+
+/// Under a held lock whose record names none of its holders: what the
+/// record says, and why it is not believed.
+fn record_note(report: &Report, text: &mut String) {
     match &report.record {
+        None if report.unreadable => text.push_str(UNREADABLE),
         None => text.push_str("\n  (no lockrun record)"),
         Some(record) if !record.is_released() => match report.record_holder_alive {
             None => {
@@ -154,6 +178,20 @@ fn held(report: &Report, path: &str) -> String {
                     "\n  (the record names {}, which cannot be checked from here{})",
                     who(record),
                     why_unchecked(record)
+                );
+            }
+            // Alive, missing from the holders found, and its descriptors
+            // hidden from us: "does not hold it" would be a guess.
+            Some(true) if report.record_unconfirmed => {
+                let pid = record
+                    .pid
+                    .map_or_else(|| "PID".to_owned(), |p| p.to_string());
+                let _ = write!(
+                    text,
+                    "\n  (the record names {}; whether it holds the lock cannot be told from \
+                     here: its descriptors (/proc/{pid}/fdinfo) are another user's, which only \
+                     root may read)",
+                    who(record)
                 );
             }
             Some(_) => {
@@ -166,8 +204,115 @@ fn held(report: &Report, path: &str) -> String {
         },
         Some(_) => {}
     }
+}
+
+/// The holders grouped by the lock they hold: its kind, bytes and mode.
+/// Processes holding one lock through an inherited descriptor fall in one
+/// group; the holders of two byte ranges, or of a flock(2) lock and a
+/// fcntl one, are separate locks and never one "also held through" the
+/// other.
+fn separate_locks(holders: &[Holder]) -> Vec<Vec<&Holder>> {
+    let mut locks: Vec<Vec<&Holder>> = Vec::new();
+    for holder in holders {
+        let same = |other: &&Holder| other.span == holder.span && other.mode == holder.mode;
+        match locks.iter_mut().find(|lock| lock.first().is_some_and(same)) {
+            Some(lock) => lock.push(holder),
+            None => locks.push(vec![holder]),
+        }
+    }
+    locks
+}
+
+/// Several locks on one file (byte ranges, or locks of different kinds):
+/// one block per lock, each with its kind, range and mode, and the record
+/// only under the lock its holder holds.
+fn held_by_several(report: &Report, path: &str, locks: &[Vec<&Holder>]) -> String {
+    let mut text = format!("{path}: held by {} separate locks", locks.len());
+    let record = report
+        .record
+        .as_ref()
+        .filter(|r| !r.is_released() && report.record_holder_alive == Some(true));
+    let mut record_shown = false;
+    for lock in locks {
+        let Some(first) = lock.first() else {
+            continue;
+        };
+        let what = lock_name(first.span.as_ref());
+        let mode = first.mode;
+        let recorded = record.filter(|r| lock.iter().any(|h| Some(i64::from(h.pid)) == r.pid));
+        if let Some(record) = recorded {
+            record_shown = true;
+            let _ = write!(text, "\n  {what} ({mode}): {}", who(record));
+            if let Some(user) = &record.user {
+                let _ = write!(text, ", user {}", escape(user));
+            }
+            if let Some(host) = &record.host {
+                let _ = write!(text, ", host {}", escape(host));
+            }
+            text.push_str("\n   ");
+            if let Some(t) = record.acquired_at.as_deref().and_then(display::parse_time) {
+                let _ = write!(
+                    text,
+                    " since {} ({}),",
+                    display::date_time(t),
+                    display::ago(t)
+                );
+            }
+            match record.lockrun_pid {
+                Some(via) if !record.ran_in_place() => {
+                    let _ = write!(text, " via lockrun pid {via}");
+                }
+                _ => text.push_str(" lockrun exec'd the command in place"),
+            }
+            for other in lock.iter().filter(|h| {
+                Some(i64::from(h.pid)) != record.pid && Some(i64::from(h.pid)) != record.lockrun_pid
+            }) {
+                let _ = write!(text, "\n    also held through {}", process_only(other));
+            }
+            continue;
+        }
+        match (mode, lock.as_slice()) {
+            ("shared", many @ [_, _, ..]) => {
+                let _ = write!(
+                    text,
+                    "\n  {what} ({mode}) by {}:",
+                    plural(many.len(), "process", "processes")
+                );
+                for holder in many {
+                    let _ = write!(text, "\n    {}", process_only(holder));
+                }
+            }
+            (_, [first, rest @ ..]) => {
+                let _ = write!(text, "\n  {what} ({mode}): {}", process_only(first));
+                for other in rest {
+                    let _ = write!(text, "\n    also held through {}", process_only(other));
+                }
+            }
+            (_, []) => {}
+        }
+    }
+    if !record_shown {
+        record_note(report, &mut text);
+    }
     service_details(report, &mut text);
     text
+}
+
+/// `OFD lock on bytes 0-4`, `flock(2) lock on the whole file`.
+fn lock_name(span: Option<&Span>) -> String {
+    let Some(span) = span else {
+        return "lock".to_owned();
+    };
+    let kind = match span.kind {
+        "flock" => "flock(2)",
+        "ofd" => "OFD",
+        "posix" => "POSIX",
+        other => other,
+    };
+    format!(
+        "{kind} lock on {}",
+        display::byte_range(span.start, span.end)
+    )
 }
 
 /// For a lock URL: what its service says of the lock (an etcd key and its
@@ -293,24 +438,33 @@ fn span(span: Option<&Span>) -> String {
         "posix" => "POSIX",
         other => other,
     };
-    match (span.start, span.end) {
-        (0, None) => format!(", {kind} lock on the whole file"),
-        (start, None) => format!(", {kind} lock on bytes {start} to the end of the file"),
-        (start, Some(end)) => format!(", {kind} lock on bytes {start}-{end}"),
-    }
+    format!(
+        ", {kind} lock on {}",
+        display::byte_range(span.start, span.end)
+    )
 }
 
 fn process(holder: &Holder) -> String {
+    described(holder, true)
+}
+
+/// A holder under a heading that already names its lock's kind and range.
+fn process_only(holder: &Holder) -> String {
+    described(holder, false)
+}
+
+fn described(holder: &Holder, with_span: bool) -> String {
     let command = holder
         .command
         .as_deref()
         .map(display::command)
         .unwrap_or_else(|| "?".to_owned());
-    let mut text = format!(
-        "pid {} `{command}`{}",
-        holder.pid,
+    let kind = if with_span {
         span(holder.span.as_ref())
-    );
+    } else {
+        String::new()
+    };
+    let mut text = format!("pid {} `{command}`{kind}", holder.pid);
     if let Some(caller) = holder.locked_by {
         let _ = write!(
             text,

@@ -330,3 +330,199 @@ fn fd_mode_refuses_max_time() {
         "{out:?}"
     );
 }
+
+/// `holder`'s human output cut into blocks: the first line, then one block
+/// per line indented by two spaces, with the lines indented deeper under it.
+fn blocks(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let deeper = line.starts_with("   ");
+        match out.last_mut() {
+            Some(block) if deeper => {
+                block.push('\n');
+                block.push_str(line);
+            }
+            _ => out.push(line.to_owned()),
+        }
+    }
+    out
+}
+
+/// Issue 26 item 9: holders of different byte ranges of one file never
+/// overwrite each other's record (CONTRACT §13). A range lock writes no
+/// record; a whole-file holder beside them (flock(2), another kind) keeps
+/// its own; `holder` shows each range's holders as a lock of their own,
+/// with kind and range, never as "also held through" another range, and
+/// says the kind of a lone `--fcntl` holder too.
+#[test]
+fn item_9_byte_range_holders_never_share_a_record() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let script = "echo ready $$; read x";
+    let (_a, first) =
+        Background::lockrun_holding(&["--start", "0", "--length", "5"], &lock, script);
+    let (_b, second) =
+        Background::lockrun_holding(&["--start", "10", "--length", "5"], &lock, script);
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        "",
+        "a range holder wrote a record, which names one holder of the file among several"
+    );
+    let (_c, whole) = Background::lockrun_holding(&[], &lock, script);
+    assert_eq!(record_json(&lock)["pid"].to_string(), whole[0]);
+
+    let text = holder_text(&lock);
+    let blocks = blocks(&text);
+    assert!(blocks[0].ends_with(": held by 3 separate locks"), "{text}");
+    let block = |heading: &str| {
+        blocks
+            .iter()
+            .find(|b| b.starts_with(heading))
+            .unwrap_or_else(|| panic!("no block {heading:?} in:\n{text}"))
+            .clone()
+    };
+    let pid = |p: &str| format!("pid {p} `");
+    let low = block("  OFD lock on bytes 0-4 (exclusive): ");
+    let high = block("  OFD lock on bytes 10-14 (exclusive): ");
+    let flock = block(&format!(
+        "  flock(2) lock on the whole file (exclusive): pid {} `sh -c",
+        whole[0]
+    ));
+    assert!(low.contains(&pid(&first[0])), "{text}");
+    assert!(high.contains(&pid(&second[0])), "{text}");
+    for (range, other) in [(&low, &second[0]), (&low, &whole[0]), (&high, &first[0])] {
+        assert!(!range.contains(&pid(other)), "{text}");
+    }
+    for range in [&low, &high] {
+        assert!(
+            !range.contains("since") && !range.contains("user "),
+            "{text}"
+        );
+    }
+    assert!(
+        flock.contains(", user ") && flock.contains("via lockrun pid"),
+        "{text}"
+    );
+
+    // A lone OFD holder on the whole file keeps its record, and says its kind.
+    let other = dir.path().join("fcntl.lock");
+    let (_d, words) = Background::lockrun_holding(&["--fcntl"], &other, script);
+    let text = holder_text(&other);
+    assert!(
+        text.contains(&format!(
+            "held (exclusive) by pid {} `sh -c 'echo ready $$; read x'`, OFD lock on the whole file, user ",
+            words[0]
+        )),
+        "{text}"
+    );
+}
+
+/// Issue 26 item 10: a conflict or waiting message names only a holder the
+/// kernel confirms (CONTRACT §13). An old released record is not blamed
+/// for shared holders, a lockf(3) holder or a range holder, and a live
+/// whole-file holder's record is not blamed for another range's conflict.
+#[test]
+fn item_10_conflict_messages_name_only_what_the_kernel_confirms() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let script = "echo ready $$; read x";
+    // An old run's released record, naming a process that is gone.
+    lockrun().arg(&lock).arg("true").assert().success();
+    let old = format!("pid {}", record_json(&lock)["pid"]);
+    let blames_nobody_gone = |stderr: &str| {
+        assert!(
+            !stderr.contains("gone") && !stderr.contains(&old),
+            "{stderr}"
+        );
+    };
+
+    let shared: Vec<_> = (0..3)
+        .map(|_| Background::lockrun_holding(&["-s"], &lock, script))
+        .collect();
+    let out = lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(" is held shared by 3 processes"),
+        "{stderr}"
+    );
+    blames_nobody_gone(&stderr);
+    let out = lockrun()
+        .args(["-v", "-w", "0.05"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(", held shared by 3 processes"), "{stderr}");
+    blames_nobody_gone(&stderr);
+    drop(shared);
+    wait_for("the shared holders to let go", || {
+        kernel_holders(&lock) == 0
+    });
+
+    if python() {
+        let mut cmd = Command::new("python3");
+        cmd.args([LOCKF, lock.to_str().unwrap(), "hold", "0", "0"]);
+        let mut posix = Background::spawn(cmd);
+        posix.expect_ready();
+        let out = lockrun()
+            .args(["-n", "--fcntl"])
+            .arg(&lock)
+            .arg("true")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(75));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                " is held by a POSIX lock of pid {} (",
+                posix.pid()
+            )),
+            "{stderr}"
+        );
+        blames_nobody_gone(&stderr);
+        posix.release();
+        assert!(posix.wait_exit(BOUND).success());
+    }
+
+    let (_range, _) =
+        Background::lockrun_holding(&["--start", "0", "--length", "5"], &lock, script);
+    let out = lockrun()
+        .args(["-n", "--start", "2", "--length", "1"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(" is held by an OFD lock on bytes 0-4"),
+        "{stderr}"
+    );
+    blames_nobody_gone(&stderr);
+    // A live flock(2) holder's record, confirmed by the kernel for a flock
+    // contender, says nothing about a byte range.
+    let (_whole, whole) = Background::lockrun_holding(&[], &lock, script);
+    let out = lockrun()
+        .args(["-n", "--start", "2", "--length", "1"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(" is held by an OFD lock on bytes 0-4")
+            && !stderr.contains(&format!("pid {}", whole[0])),
+        "{stderr}"
+    );
+    let out = lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(" is held by pid {} (sh -c", whole[0])),
+        "{stderr}"
+    );
+}

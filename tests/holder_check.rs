@@ -700,3 +700,63 @@ fn holder_through_a_symbolic_link_reads_the_record_it_points_to() {
     assert_eq!(json["state"], "held", "{json}");
     assert_eq!(json["record"]["pid"].to_string(), words[0], "{json}");
 }
+
+/// A root lockrun holding a lock file in a directory anyone may enter,
+/// the file then made `mode`: what another user's `holder` is shown.
+fn held_by_root_seen_by_nobody(
+    mode: u32,
+) -> (tempfile::TempDir, Background, String, std::process::Output) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lock = lock_in(&dir);
+    let (holder, words) = Background::lockrun_holding(&[], &lock, "echo ready $$; read x");
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(mode)).unwrap();
+    let out = lockrun_as_nobody()
+        .arg("holder")
+        .arg(&lock)
+        .output()
+        .unwrap();
+    (dir, holder, words[0].clone(), out)
+}
+
+/// Issue 26 item 13: another user may not read the holder's descriptors
+/// (fdinfo), so `holder` cannot tell whether the recorded command holds
+/// the lock, and says so, rather than that it does not.
+#[test]
+fn item_13_holder_as_another_user_cannot_tell_rather_than_deny() {
+    if !can_drop_privileges() {
+        return;
+    }
+    let (_dir, _holder, command, out) = held_by_root_seen_by_nobody(0o644);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(": held (exclusive) by pid "), "{text}");
+    assert!(!text.contains("does not hold it now"), "{text}");
+    assert!(
+        text.contains(&format!("the record names pid {command} `sh -c"))
+            && text.contains("cannot be told")
+            && text.contains(&format!("/proc/{command}/fdinfo")),
+        "{text}"
+    );
+}
+
+/// Issue 26 item 18: a held lock file another user may not read says one
+/// thing of its record: that it is unknown, not also that there is none.
+#[test]
+fn item_18_an_unreadable_held_lock_file_says_one_thing_of_its_record() {
+    if !can_drop_privileges() {
+        return;
+    }
+    let (_dir, _holder, _, out) = held_by_root_seen_by_nobody(0o600);
+    assert_eq!(out.status.code(), Some(66), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(": held (exclusive) by pid "), "{text}");
+    assert!(!text.contains("no lockrun record"), "{text}");
+    assert_eq!(
+        text.matches("(the lock file's content could not be read, so its record is unknown)")
+            .count(),
+        1,
+        "{text}"
+    );
+}

@@ -121,6 +121,7 @@ fn any_report() -> impl Strategy<Value = Report> {
                     exists,
                     waiting,
                     unreadable,
+                    record_unconfirmed: unreadable && alive == Some(true),
                     // The key and lease come from etcd: as untrusted as a file.
                     service: etcd.map(|(key, lease, fencing_token)| {
                         EtcdLock {

@@ -61,6 +61,12 @@ pub trait Contender {
     /// The conflict message's (and `-v`'s) words for whoever holds the
     /// lock, whatever can be said of it.
     fn conflict_holder(&mut self) -> String;
+    /// The same, as it follows "held" in those messages: `by …` for one
+    /// holder, or another preposition where a lock file's kernel table
+    /// says better (`shared by 3 processes`).
+    fn conflict_held(&mut self) -> String {
+        format!("by {}", self.conflict_holder())
+    }
 }
 
 /// Finds the processes, besides the command (its pid is given, to leave

@@ -421,12 +421,20 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
 /// through one of its descriptors, as its fdinfo shows; `None` when its
 /// descriptors cannot be looked at (another user's, without root).
 pub fn process_holds(pid: i32, dev: u64, ino: u64) -> Option<bool> {
+    process_locks_on(pid, dev, ino).map(|locks| !locks.is_empty())
+}
+
+/// The locks process `pid` holds on the file (stat's `dev`, `ino`)
+/// through its descriptors, with their kind and range: empty when it holds
+/// none or is gone, `None` when its descriptors cannot be looked at
+/// (another user's, without root).
+pub fn process_locks_on(pid: i32, dev: u64, ino: u64) -> Option<Vec<KernelLock>> {
     if pid <= 0 {
-        return Some(false);
+        return Some(Vec::new());
     }
     match process_locks(pid, dev, ino) {
-        Ok(locks) => Some(!locks.is_empty()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
+        Ok(locks) => Some(locks),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(Vec::new()),
         Err(_) => None,
     }
 }

@@ -80,6 +80,9 @@ pub fn wait_reaping_orphans(_command: i32) -> bool {
 pub fn process_holds(_pid: i32, _dev: u64, _ino: u64) -> Option<bool> {
     None
 }
+pub fn process_locks_on(_pid: i32, _dev: u64, _ino: u64) -> Option<Vec<KernelLock>> {
+    None
+}
 pub fn descriptor_path(_fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
     None
 }

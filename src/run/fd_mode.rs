@@ -57,8 +57,9 @@ pub fn run(opts: &FdOptions) -> Result<u8, Failure> {
                 // `lockrun holder FILE` hint works.
                 let file = lock::describe_fd(opts.fd);
                 let file = display::escape(&file.to_string_lossy());
-                let holder = crate::backend::file::holder::conflict_holder(backend.lock(), &file);
-                crate::say!("lockrun: {}", display::busy(&file, &holder, waited));
+                let held =
+                    crate::backend::file::holder::conflict_held(backend.lock(), opts.mode, &file);
+                crate::say!("lockrun: {}", display::busy(&file, &held, waited));
             }
             Ok(opts.conflict_status)
         }

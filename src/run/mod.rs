@@ -286,8 +286,8 @@ fn not_acquired<B: Backend>(
         NotAcquired::Busy { waited } => {
             persona::say_not_acquired(flow.settings.verbose, waited);
             if !flow.settings.quiet {
-                let holder = backend.conflict_holder();
-                crate::say!("lockrun: {}", display::busy(&flow.label, &holder, waited));
+                let held = backend.conflict_held();
+                crate::say!("lockrun: {}", display::busy(&flow.label, &held, waited));
             }
             Ok(Ending::Status(flow.settings.conflict_status))
         }

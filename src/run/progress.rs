@@ -59,8 +59,8 @@ impl WaitObserver for Progress {
             self.announced = true;
             // The same words as a conflict message: a record names the
             // holder only where the kernel confirms it.
-            let held = lock.conflict_holder();
-            crate::say!("lockrun: waiting for {}, held by {held}", self.label);
+            let held = lock.conflict_held();
+            crate::say!("lockrun: waiting for {}, held {held}", self.label);
         }
         if self.is_live() && waited >= Duration::from_secs(1) {
             let stale = self

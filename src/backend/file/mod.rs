@@ -166,7 +166,12 @@ impl Contender for FileBackend {
     }
 
     fn conflict_holder(&mut self) -> String {
-        holder::conflict_holder(&self.lock, &self.label)
+        let held = self.conflict_held();
+        held.strip_prefix("by ").map(str::to_owned).unwrap_or(held)
+    }
+
+    fn conflict_held(&mut self) -> String {
+        holder::conflict_held(&self.lock, self.mode, &self.label)
     }
 }
 
@@ -226,6 +231,13 @@ impl Backend for FileBackend {
 pub(crate) fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
     if lock.is_dir {
         return Err(NoRecord::Directory);
+    }
+    // One record per file, and a byte-range lock is not the only holder
+    // of the file: another range's holder would overwrite its record, or
+    // it another's (CONTRACT §13). An OFD lock on the whole file excludes
+    // every other range, so it keeps its record, as flock(2)'s does.
+    if matches!(lock.kind(), lock::LockKind::Ofd { start, len } if start != 0 || len != 0) {
+        return Err(NoRecord::ByteRange);
     }
     if lock.hard_links > 1 {
         return Err(NoRecord::HardLinks);
