@@ -69,20 +69,23 @@ pub fn pid_namespace() -> Option<u64> {
 /// The login name for `uid`, from /etc/passwd, else `$USER` or `$LOGNAME`
 /// when nothing contradicts it.
 fn user_name(uid: u32) -> Option<String> {
-    if let Ok(passwd) = fs::read_to_string("/etc/passwd") {
-        for line in passwd.lines() {
-            let mut fields = line.split(':');
-            let (Some(name), _, Some(id)) = (fields.next(), fields.next(), fields.next()) else {
-                continue;
-            };
-            if id.parse::<u32>().ok() == Some(uid) {
-                return Some(name.to_owned());
-            }
-        }
-    }
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
+    passwd_name(uid).or_else(|| {
+        std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .ok()
+    })
+}
+
+/// The login name /etc/passwd gives `uid`, for any user (a file's owner).
+pub fn passwd_name(uid: u32) -> Option<String> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let (Some(name), _, Some(id)) = (fields.next(), fields.next(), fields.next()) else {
+            return None;
+        };
+        (id.parse::<u32>().ok() == Some(uid)).then(|| name.to_owned())
+    })
 }
 
 /// Whether the process a record names is still that process.

@@ -348,3 +348,114 @@ impl Drop for TmpfsMount {
             .status();
     }
 }
+
+/// Issue 26 item 11 (CONTRACT §13): another user's lock file in a sticky,
+/// world-writable directory that this user may not read: 66, and the
+/// message names the owner, the mode and fs.protected_regular. Root, whom
+/// fs.protected_regular refuses where flock(1) opens with O_CREAT, still
+/// locks nobody's file there (lockrun opens an existing file without it).
+#[test]
+fn another_users_lock_file_in_a_sticky_directory_names_the_owner_and_protected_regular() {
+    if !can_drop_privileges() {
+        return;
+    }
+    let dir = temp_dir();
+    let sticky = dir.path().join("tmp");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let roots = sticky.join("root.lock");
+    std::fs::write(&roots, "").unwrap();
+    std::fs::set_permissions(&roots, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = lockrun_as_nobody()
+        .arg(&roots)
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(66), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for words in [
+        "root (uid 0)",
+        "mode 0600",
+        "fs.protected_regular",
+        "chmod a+r",
+    ] {
+        assert!(err.contains(words), "{words:?} missing: {err}");
+    }
+    // nobody's own file there: root locks it and runs the command.
+    let nobodys = sticky.join("nobody.lock");
+    lockrun_as_nobody()
+        .arg(&nobodys)
+        .arg("true")
+        .status()
+        .unwrap();
+    assert_eq!(std::fs::metadata(&nobodys).unwrap().uid(), 65534);
+    lockrun()
+        .arg(&nobodys)
+        .args(["echo", "ran"])
+        .assert()
+        .success()
+        .stdout("ran\n");
+}
+
+/// Issue 26 item 11: NFSv4 refuses an exclusive flock(2) on a read-only
+/// descriptor (EBADF, or EIO); flock(1) reopens read-write and retries,
+/// and so must lockrun. No NFS server can run here, so a preloaded shim
+/// makes flock(2) answer as NFSv4 does: EBADF for LOCK_EX on a read-only
+/// descriptor. Only the dynamically linked (glibc) build can be shimmed:
+/// the static musl build ignores LD_PRELOAD, and runs this test as a no-op.
+#[test]
+fn an_exclusive_lock_refused_on_a_read_only_descriptor_reopens_read_write() {
+    if cfg!(target_env = "musl") || !needs("cc", "a preloaded flock(2) shim") {
+        return;
+    }
+    let dir = temp_dir();
+    let shim_c = dir.path().join("nfs_flock.c");
+    let shim = dir.path().join("nfs_flock.so");
+    std::fs::write(
+        &shim_c,
+        r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+int flock(int fd, int op) {
+    static int (*real)(int, int);
+    if (!real) real = (int (*)(int, int))dlsym(RTLD_NEXT, "flock");
+    int fl = fcntl(fd, F_GETFL);
+    if ((op & LOCK_EX) && fl >= 0 && (fl & O_ACCMODE) == O_RDONLY) { errno = EBADF; return -1; }
+    return real(fd, op);
+}
+"#,
+    )
+    .unwrap();
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&shim)
+        .arg(&shim_c)
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc could not build the shim");
+    let lock = lock_in(&dir);
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(bin());
+        cmd.env("LD_PRELOAD", &shim).args(args).arg(&lock);
+        cmd.args(["sh", "-c", "echo ran; exec 2>/dev/null; flock -n \"$LOCKRUN_LOCKFILE\" true; echo \"flock -n: $?\""]);
+        cmd.output().unwrap()
+    };
+    // The shim works: flock(1) under it fails the way NFS makes it fail
+    // ... unless it retries read-write too, as util-linux's does.
+    for args in [&[][..], &["-n"], &["-w", "5"]] {
+        let out = run(args);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "ran\nflock -n: 1\n",
+            "lockrun {args:?}: {out:?}"
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    // The record was still written.
+    assert_eq!(record_json(&lock)["exit"], serde_json::json!({"code": 0}));
+}

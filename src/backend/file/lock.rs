@@ -245,6 +245,39 @@ impl LockFile {
         (self.dev, self.ino)
     }
 
+    /// Whether `e`, from an exclusive flock(2) attempt, is a file system's
+    /// refusal of a read-only descriptor: NFSv4 (and others) emulate
+    /// flock(2) with byte-range locks, and an exclusive one needs write
+    /// access (EBADF since Linux 3.4, EIO on some). flock(1) then reopens
+    /// read-write and tries again; so does lockrun (`reopen_read_write`).
+    pub fn refused_read_only(&self, e: &io::Error, mode: LockMode) -> bool {
+        self.kind == LockKind::Flock
+            && mode == LockMode::Exclusive
+            && !self.is_dir
+            && matches!(e.raw_os_error(), Some(libc::EBADF | libc::EIO))
+            && rustix::fs::fcntl_getfl(&self.file)
+                .is_ok_and(|flags| flags & OFlags::ACCMODE == OFlags::RDONLY)
+    }
+
+    /// The same inode, opened again read-write in place of the read-only
+    /// descriptor (see `refused_read_only`); checked to be the inode
+    /// locked so far, never following a link nor blocking on a FIFO.
+    pub fn reopen_read_write(&mut self, inherit: bool) -> io::Result<()> {
+        let cloexec = if inherit {
+            OFlags::empty()
+        } else {
+            OFlags::CLOEXEC
+        };
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | cloexec;
+        let file = File::from(rustix::fs::open(&self.path, flags, Mode::empty())?);
+        let meta = file.metadata()?;
+        if meta.dev() != self.dev || meta.ino() != self.ino || !meta.is_file() {
+            return Err(io::Error::other("the lock file was replaced"));
+        }
+        self.file = file;
+        Ok(())
+    }
+
     /// Lets go of the lock now rather than at exit (fd mode's `-u`).
     pub fn unlock(&self) -> io::Result<()> {
         match self.kind {
@@ -559,6 +592,7 @@ fn open_failure(path: &Path, errno: Errno, write: bool) -> Failure {
                 path.display()
             ),
         ),
+        Errno::ACCESS | Errno::PERM => permission_failure(path, &err),
         Errno::LOOP => {
             // O_NOFOLLOW reports a link in the final component as ELOOP.
             if let Ok(target) = std::fs::read_link(path) {
@@ -602,6 +636,57 @@ fn open_failure(path: &Path, errno: Errno, write: bool) -> Failure {
             &err,
         ),
     }
+}
+
+/// An existing lock file this user may not open: say whose it is and what
+/// would let this user lock it. In a sticky, world-writable directory
+/// (`/tmp`, `/var/tmp`, often `/run/lock`), `fs.protected_regular` (the
+/// default on current Debian and Ubuntu) also refuses every open with
+/// O_CREAT of another user's file there, even by root: that is why
+/// flock(1) fails on such a file when it could read it. lockrun opens an
+/// existing file without O_CREAT, so only the file's own permissions are
+/// left to refuse it, and the message says so.
+fn permission_failure(path: &Path, err: &io::Error) -> Failure {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Failure::io(
+            exit_codes::NO_INPUT,
+            "cannot open or create lock file",
+            path,
+            err,
+        );
+    };
+    let owner = match crate::identity::passwd_name(meta.uid()) {
+        Some(name) => format!("{name} (uid {})", meta.uid()),
+        None => format!("uid {}", meta.uid()),
+    };
+    let sticky = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .and_then(|dir| std::fs::metadata(dir).ok())
+        .is_some_and(|dir| dir.mode() & 0o1002 == 0o1002);
+    let protected = if sticky {
+        " In this sticky directory, fs.protected_regular also keeps other users from opening \
+         it with O_CREAT (flock(1) then fails even where it could read it); lockrun opens it \
+         without, so read permission is all it needs."
+    } else {
+        ""
+    };
+    Failure::new(
+        exit_codes::NO_INPUT,
+        format!(
+            "cannot open lock file {}: {err}: it belongs to {owner} with mode {:04o}, which this \
+             user may not read.{protected} Ask its owner to let you read it (chmod a+r), or use \
+             a lock file of your own.",
+            path.display(),
+            meta.mode() & 0o7777,
+        ),
+    )
 }
 
 fn refuse_special(path: &Path, file_type: FileType) -> Failure {

@@ -107,11 +107,30 @@ fn os_error(lock: &LockFile, lent_fd: Option<&str>, e: &std::io::Error) -> Failu
     )
 }
 
+impl FileBackend {
+    /// A lock call refused because the descriptor is read-only (NFSv4):
+    /// open the file again read-write and make the call once more, as
+    /// flock(1) does. Only for a file lockrun opened itself by path.
+    fn read_write_retry<T>(
+        &mut self,
+        first: std::io::Result<T>,
+        again: impl FnOnce(&LockFile, LockMode) -> std::io::Result<T>,
+    ) -> Result<T, Failure> {
+        let e = match first {
+            Err(e) if self.path.is_some() && self.lock.refused_read_only(&e, self.mode) => e,
+            other => return other.map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e)),
+        };
+        if self.lock.reopen_read_write(self.inherit).is_err() {
+            return Err(os_error(&self.lock, self.lent_fd.as_deref(), &e));
+        }
+        again(&self.lock, self.mode).map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e))
+    }
+}
+
 impl Contender for FileBackend {
     fn try_acquire(&mut self) -> Result<bool, Failure> {
-        self.lock
-            .try_lock(self.mode)
-            .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e))
+        let first = self.lock.try_lock(self.mode);
+        self.read_write_retry(first, LockFile::try_lock)
     }
 
     fn blocking(&mut self) -> Result<Blocking, Failure> {
@@ -130,11 +149,8 @@ impl Contender for FileBackend {
     }
 
     fn block_here(&mut self) -> Option<Result<(), Failure>> {
-        Some(
-            self.lock
-                .lock(self.mode)
-                .map_err(|e| os_error(&self.lock, self.lent_fd.as_deref(), &e)),
-        )
+        let first = self.lock.lock(self.mode);
+        Some(self.read_write_retry(first, LockFile::lock))
     }
 
     fn undo(&mut self) {
