@@ -1420,8 +1420,44 @@ mod tests {
         assert!(matches!(parse(args), Ok(Invocation::Run(_))));
     }
 
+    /// Every spelling of every option clap's definition has (longs,
+    /// aliases, shorts), so that an option added there is in the property
+    /// tests' alphabet without anyone adding it here.
+    fn clap_spellings() -> Vec<String> {
+        let mut words = Vec::new();
+        for cmd in [command_for(true), flock_command()] {
+            for arg in cmd.get_arguments().filter(|a| !a.is_positional()) {
+                words.extend(arg.get_long().map(|l| format!("--{l}")));
+                for alias in arg.get_all_aliases().unwrap_or_default() {
+                    words.push(format!("--{alias}"));
+                }
+                words.extend(arg.get_short().map(|c| format!("-{c}")));
+                for short in arg.get_all_short_aliases().unwrap_or_default() {
+                    words.push(format!("-{short}"));
+                }
+            }
+        }
+        words
+    }
+
+    #[test]
+    fn the_property_alphabet_has_every_option_clap_defines() {
+        let spellings = clap_spellings();
+        for needed in [
+            "--max-time",
+            "--slots",
+            "--forward",
+            "--kill-grace",
+            "--fd",
+            "-w",
+            "--nb",
+        ] {
+            assert!(spellings.iter().any(|s| s == needed), "{needed} missing");
+        }
+    }
+
     fn token() -> impl Strategy<Value = OsString> {
-        let words = prop::sample::select(vec![
+        let mut words: Vec<String> = vec![
             "-x",
             "-e",
             "--exclusive",
@@ -1490,7 +1526,17 @@ mod tests {
             "--help",
             "-V",
             "etcd://h:1/x",
-        ]);
+            "0x10",
+            "inf",
+            "1s",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        words.extend(clap_spellings());
+        words.sort();
+        words.dedup();
+        let words = prop::sample::select(words);
         prop_oneof![
             8 => words.prop_map(OsString::from),
             1 => prop::sample::select(vec![&b"-\xff"[..], b"\xff", b"L\xfe"])
@@ -1505,7 +1551,10 @@ mod tests {
         fn the_plain_parser_agrees_with_clap(tokens in prop::collection::vec(token(), 0..9)) {
             let args: Vec<OsString> = std::iter::once(OsString::from("lockrun")).chain(tokens).collect();
             if let Some(plain) = parse_plain_run(&args, true) {
-                let cli = Cli::try_parse_from(&args);
+                let cmd = Cli::command();
+                let mut marked = args.clone();
+                end_options_at_the_command(&cmd, &mut marked, false);
+                let cli = cmd.try_get_matches_from(&marked).and_then(|m| Cli::from_arg_matches(&m));
                 prop_assert!(cli.is_ok(), "clap refused {:?}: {:?}", args, cli.err().map(|e| e.to_string()));
                 let cli = cli.unwrap();
                 prop_assert!(cli.inspect.is_none(), "clap saw a subcommand in {:?}", args);
@@ -1518,7 +1567,14 @@ mod tests {
         fn the_plain_parser_agrees_with_clap_as_flock(tokens in prop::collection::vec(token(), 0..9)) {
             let args: Vec<OsString> = std::iter::once(OsString::from("flock")).chain(tokens).collect();
             if let Some(plain) = parse_plain_run(&args, false) {
-                let cli = FlockCli::try_parse_from(&args);
+                // As parse_with_clap reads it: flock's -w, the command
+                // after the lock file.
+                let cmd = flock_command();
+                let mut marked = args.clone();
+                end_options_at_the_command(&cmd, &mut marked, true);
+                let cli = cmd
+                    .try_get_matches_from(&marked)
+                    .and_then(|m| FlockCli::from_arg_matches(&m));
                 prop_assert!(cli.is_ok(), "clap refused {:?}: {:?}", args, cli.err().map(|e| e.to_string()));
                 prop_assert_eq!(plain, cli.unwrap().run, "for {:?}", args);
             }
