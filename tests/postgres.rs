@@ -2260,3 +2260,124 @@ fn sslmode_allow_reports_the_servers_own_refusal() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("does not exist"), "{stderr}");
 }
+
+/// A FIFO at `path`, which nothing will ever open for writing.
+fn fifo_at(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: mkfifo reads a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
+}
+
+/// Issue 26 item 7: a root certificate that is a FIFO with no writer
+/// (`PGSSLROOTCERT`, `sslrootcert=`, `~/.postgresql/root.crt`) used to
+/// hang lockrun in open(2) for ever, deaf to SIGTERM and Ctrl-C. It is
+/// refused at once (77, naming the file and "a FIFO"). A password file
+/// that is a FIFO is ignored with a warning, as libpq ignores one that is
+/// not a plain file. Symbolic links to the real files still work.
+#[test]
+fn item_7_a_fifo_as_root_certificate_or_password_file_never_hangs() {
+    let certs = temp_dir();
+    if !certificates(certs.path()) {
+        return;
+    }
+    let Some(pg) = Server::start(Some(certs.path())) else {
+        return;
+    };
+    let home = temp_dir();
+    let dir = temp_dir();
+    let fifo = dir.path().join("fifo");
+    fifo_at(&fifo);
+    let marker = dir.path().join("ran");
+    let verify = format!(
+        "postgres://app@localhost:{}/postgres?sslmode=verify-full#fifo",
+        pg.port
+    );
+    let run = |url: &str, env: &[(&str, &Path)]| {
+        let mut cmd = lockrun();
+        // The bound kills a lockrun that hangs: the test then fails on its
+        // status, not by hanging itself.
+        cmd.timeout(BOUND)
+            .env("HOME", home.path())
+            .env_remove("PGSSLROOTCERT")
+            .env_remove("PGPASSFILE")
+            .env_remove("PGPASSWORD");
+        for (var, value) in env {
+            cmd.env(var, value);
+        }
+        cmd.args([url, "touch"]).arg(&marker);
+        cmd.output().expect("run lockrun")
+    };
+    let in_url = format!(
+        "postgres://app@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}#fifo",
+        pg.port,
+        fifo.display()
+    );
+    std::fs::create_dir(home.path().join(".postgresql")).expect("mkdir ~/.postgresql");
+    let default_root = home.path().join(".postgresql/root.crt");
+    fifo_at(&default_root);
+    for (what, out, path) in [
+        (
+            "PGSSLROOTCERT",
+            run(&verify, &[("PGSSLROOTCERT", &fifo)]),
+            &fifo,
+        ),
+        ("sslrootcert=", run(&in_url, &[]), &fifo),
+        ("~/.postgresql/root.crt", run(&verify, &[]), &default_root),
+    ] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(77),
+            "{what}: {:?} {err}",
+            out.status
+        );
+        assert!(
+            err.contains(&format!("{}: it is a FIFO", path.display())),
+            "{what}: {err}"
+        );
+        assert!(!marker.exists(), "{what}: the command ran");
+    }
+    std::fs::remove_file(&default_root).expect("rm root.crt");
+    // A password file that is a FIFO: ignored, loudly, so the server's
+    // refusal follows (69), at once.
+    let plain = format!(
+        "postgres://app@127.0.0.1:{}/postgres?sslmode=require#fifo",
+        pg.port
+    );
+    let out = run(&plain, &[("PGPASSFILE", &fifo)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{:?} {err}", out.status);
+    assert!(
+        err.contains(&format!("{}: it is a FIFO", fifo.display())),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    // Symbolic links to the real root certificate and password file.
+    let ca_link = dir.path().join("ca-link.crt");
+    std::os::unix::fs::symlink(certs.path().join("ca.crt"), &ca_link).expect("symlink");
+    let passfile = dir.path().join("pgpass");
+    std::fs::write(&passfile, format!("localhost:{}:*:app:secret\n", pg.port)).expect("pgpass");
+    std::fs::set_permissions(
+        &passfile,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod pgpass");
+    let pass_link = dir.path().join("pgpass-link");
+    std::os::unix::fs::symlink(&passfile, &pass_link).expect("symlink");
+    let out = run(
+        &verify,
+        &[("PGSSLROOTCERT", &ca_link), ("PGPASSFILE", &pass_link)],
+    );
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists());
+}

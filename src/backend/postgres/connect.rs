@@ -75,6 +75,30 @@ pub struct Target {
     allow: bool,
 }
 
+/// Why a lock URL cannot be used, before any server is asked: a usage
+/// error (64) for what the URL and the environment say, 77 for a
+/// credential file lockrun refuses to read (a FIFO, a device).
+#[derive(Debug)]
+pub struct Refusal {
+    pub status: u8,
+    pub message: String,
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal {
+            status: crate::exit_codes::USAGE,
+            message,
+        }
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Refusal {
+        Refusal::from(message.to_owned())
+    }
+}
+
 /// The environment as libpq reads it; a function so tests can give their own.
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
@@ -84,7 +108,7 @@ pub fn process_env(name: &str) -> Option<String> {
 
 impl Target {
     /// `application_name` is ours unless the URI or `PGAPPNAME` set one.
-    pub fn new(url: &PgUrl, application_name: &str, env: Env) -> Result<Target, String> {
+    pub fn new(url: &PgUrl, application_name: &str, env: Env) -> Result<Target, Refusal> {
         let (base, params) = match url.connection.split_once('?') {
             Some((base, query)) => (base, query),
             None => (url.connection.as_str(), ""),
@@ -104,7 +128,8 @@ impl Target {
                 "sslcert" | "sslkey" | "sslcrl" | "sslpassword" | "service" => {
                     return Err(format!(
                         "the lock URL's '{key}' parameter is not supported by lockrun"
-                    ));
+                    )
+                    .into());
                 }
                 _ => kept.push(param),
             }
@@ -182,8 +207,7 @@ impl Target {
         };
         if system && ssl != Ssl::VerifyFull {
             return Err(
-                "sslrootcert=system trusts every public CA, so it needs sslmode=verify-full"
-                    .to_owned(),
+                "sslrootcert=system trusts every public CA, so it needs sslmode=verify-full".into(),
             );
         }
         let tls = tls_for(ssl, explicit_root)?;
@@ -323,18 +347,28 @@ fn from_passfile(config: &Config, explicit: Option<PathBuf>, env: Env) -> Option
     let path = explicit
         .or_else(|| env("PGPASSFILE").map(PathBuf::from))
         .or_else(|| home().map(|h| h.join(".pgpass")))?;
-    let meta = std::fs::metadata(&path).ok()?;
-    if !meta.is_file() {
-        return None;
-    }
+    let shown = crate::display::escape(&path.to_string_lossy());
+    // Opened as every credential file is, never blocking on a FIFO; what
+    // is not a regular file is ignored with a warning, as libpq does
+    // ("password file is not a plain file"). No such file: nothing to say.
+    let (mut file, meta) = match crate::platform::open_regular(&path) {
+        Ok(opened) => opened,
+        Err(crate::platform::NotRead::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return None;
+        }
+        Err(e) => {
+            crate::say!("lockrun: warning: cannot read the password file {shown}: {e}; ignored");
+            return None;
+        }
+    };
     if meta.permissions().mode() & 0o077 != 0 {
         crate::say!(
-            "lockrun: warning: password file {} has group or world access; ignored (chmod 0600 it)",
-            crate::display::escape(&path.to_string_lossy())
+            "lockrun: warning: password file {shown} has group or world access; ignored (chmod 0600 it)"
         );
         return None;
     }
-    let text = std::fs::read_to_string(&path).ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).ok()?;
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) => host.clone(),
         _ => "localhost".to_owned(),
@@ -391,7 +425,7 @@ fn provider() -> Arc<CryptoProvider> {
 /// The TLS set-up for `ssl`. As in libpq: `require` verifies the chain
 /// only when a root certificate file is there; `verify-ca` verifies the
 /// chain, `verify-full` the chain and the host name.
-fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
+fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, Refusal> {
     if ssl == Ssl::Disable {
         return Ok(Tls::None);
     }
@@ -412,7 +446,7 @@ fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
         let Some(root) = root else {
             return Err(
                 "sslmode verify-ca/verify-full needs a root certificate: set sslrootcert in the URL, PGSSLROOTCERT, or ~/.postgresql/root.crt"
-                    .to_owned(),
+                    .into(),
             );
         };
         let shown = crate::display::escape(&root.to_string_lossy());
@@ -421,14 +455,19 @@ fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
             let found = rustls_native_certs::load_native_certs();
             store.add_parsable_certificates(found.certs);
             if store.is_empty() {
-                return Err(
-                    "sslrootcert=system: no CA certificates found on this system".to_owned(),
-                );
+                return Err("sslrootcert=system: no CA certificates found on this system".into());
             }
         } else {
-            let certs = CertificateDer::pem_file_iter(&root)
-                .map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
-            for cert in certs {
+            // Read as every credential file is (never blocking on a FIFO),
+            // then parsed from memory.
+            let pem = crate::platform::read_regular(&root).map_err(|e| Refusal {
+                status: match e {
+                    crate::platform::NotRead::NotRegular(_) => crate::exit_codes::NO_PERMISSION,
+                    crate::platform::NotRead::Io(_) => crate::exit_codes::USAGE,
+                },
+                message: format!("cannot read the root certificate {shown}: {e}"),
+            })?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert =
                     cert.map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
                 store
@@ -558,6 +597,6 @@ mod tests {
         let none = |_: &str| None;
         let url = PgUrl::parse("postgres://u@h/d?sslrootcert=system&sslmode=require#n").unwrap();
         let err = Target::new(&url, "lockrun", &none).err().unwrap();
-        assert!(err.contains("verify-full"), "{err}");
+        assert!(err.message.contains("verify-full"), "{err:?}");
     }
 }
