@@ -331,6 +331,9 @@ impl Client {
             match handed {
                 Ok(answer) if !answer.succeeded() => Ok(Released::AlreadyGone),
                 Ok(_) => revoked.map(|()| Released::Ours),
+                // etcd's refusal says what happened; a revoke that then
+                // ran out of time would only say "no answer".
+                Err(e) if e.permanent => Err(e),
                 Err(e) => revoked.and(Err(e)),
             }
         })
@@ -701,7 +704,14 @@ impl Inner {
                 })
                 .await;
             match result {
-                Err(_) if Instant::now() + RETRY < deadline => tokio::time::sleep(RETRY).await,
+                // A refusal every member would give (the password changed,
+                // the user or its role revoked while the command ran) does
+                // not pass by asking again: retrying until the deadline
+                // only delayed the exit, and its last try, cut short by the
+                // deadline, then hid etcd's words behind "no answer".
+                Err(e) if !e.permanent && Instant::now() + RETRY < deadline => {
+                    tokio::time::sleep(RETRY).await;
+                }
                 done => return done,
             }
         }
