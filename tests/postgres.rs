@@ -2381,3 +2381,83 @@ fn item_7_a_fifo_as_root_certificate_or_password_file_never_hangs() {
     );
     assert!(marker.exists());
 }
+
+/// `ps -o args=` of a process.
+fn ps_args(pid: i32) -> String {
+    let out = Command::new("ps")
+        .args(["-o", "args=", "-p", &pid.to_string()])
+        .output()
+        .expect("run ps");
+    String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+}
+
+/// Issue 26 item 17: a password with an unencoded `@`
+/// (`postgres://u:p@ss@host/db#name`) was split by the client library at
+/// its first `@`, and "cannot connect as u@ss@host" printed its tail; `ps`
+/// showed one `*` per byte of the password. Now such a password is the
+/// password (it connects), a URL where its end cannot be told is a usage
+/// error that prints none of it, and `ps` shows `***` whatever the
+/// length, with the next argument right after it.
+#[test]
+fn item_17_a_password_with_an_at_is_never_printed_and_ps_masks_it_with_a_fixed_width() {
+    let Some(pg) = shared() else { return };
+    if !needs("ps", "Debian: apt-get install procps") {
+        return;
+    }
+    pg.psql("DROP ROLE IF EXISTS atuser");
+    pg.psql("CREATE ROLE atuser LOGIN PASSWORD 'p@ss@wd'");
+    let url = |password: &str| {
+        format!(
+            "postgres://atuser:{password}@127.0.0.1:{}/postgres?sslmode=disable#at",
+            pg.port
+        )
+    };
+    // The right password, `@`s and all, takes the lock.
+    lockrun()
+        .timeout(BOUND)
+        .env_remove("PGPASSWORD")
+        .args([&url("p@ss@wd"), "true"])
+        .assert()
+        .success();
+    // A wrong one: refused by the server, no part of it printed.
+    let out = lockrun()
+        .timeout(BOUND)
+        .env_remove("PGPASSWORD")
+        .args([&url("qx@zv"), "true"])
+        .assert()
+        .code(69);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(!err.contains("qx") && !err.contains("zv"), "{err}");
+    // An `@` with a `/` between: where the password ends cannot be told.
+    let out = lockrun()
+        .timeout(BOUND)
+        .args([&url("qz/xk@jv"), "true"])
+        .assert()
+        .code(64);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(err.contains("%40"), "{err}");
+    assert!(
+        !err.contains("qz") && !err.contains("xk") && !err.contains("jv"),
+        "{err}"
+    );
+    // `ps`: three `*` for a 7-byte and for a 6-byte password alike, and
+    // the command right after the URL, one space between.
+    for (password, url) in [
+        ("p@ss@wd", url("p@ss@wd")),
+        ("secret", pg.app_url("secret", "at")),
+    ] {
+        let (mut holder, _) = holding(&[], &url, "echo ready; read x");
+        let shown = ps_args(holder.pid());
+        let masked = url.replace(&format!(":{password}@"), ":***@");
+        assert!(
+            shown.ends_with(&format!("{masked} -- sh -c echo ready; read x")),
+            "{shown}"
+        );
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", holder.pid())).expect("cmdline");
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        assert!(!cmdline.contains(password), "{cmdline:?}");
+        holder.release();
+        assert!(holder.wait_exit(BOUND).success());
+    }
+}

@@ -139,6 +139,7 @@ impl Target {
         } else {
             format!("{base}?{}", kept.join("&"))
         };
+        let uri = one_userinfo(&uri)?;
         let mut config = Config::from_str(&uri).map_err(|e| {
             format!(
                 "cannot read the connection URI {}: {e}",
@@ -297,6 +298,51 @@ impl Target {
             Tls::Rustls(tls) => token.cancel_query(tls.clone()),
         };
     }
+}
+
+/// The URI with the userinfo's own `@`s percent-encoded, so that the
+/// client library, which ends the userinfo at the *first* `@`, reads the
+/// user and password that lockrun's messages hide (everything up to the
+/// *last* `@`, see [`super::password_spans`]). Left as it was, the library
+/// would take `ss@host` for the host of `postgres://u:p@ss@host/db` and
+/// print the password's tail in "cannot connect as u@ss@host". When the
+/// `@`s have a `/` or `?` between them, where the password ends cannot be
+/// told (a password with a `/`, or an `@` in the path or a parameter): a
+/// usage error that shows the URL masked up to its last `@`.
+fn one_userinfo(uri: &str) -> Result<String, Refusal> {
+    let Some(start) = ["postgres://", "postgresql://"]
+        .iter()
+        .find(|s| uri.starts_with(*s))
+        .map(|s| s.len())
+    else {
+        return Ok(uri.to_owned());
+    };
+    let rest = &uri[start..];
+    let (Some(first), Some(last)) = (rest.find('@'), rest.rfind('@')) else {
+        return Ok(uri.to_owned());
+    };
+    if first == last {
+        return Ok(uri.to_owned());
+    }
+    let userinfo = &rest[..last];
+    if userinfo.contains(['/', '?']) {
+        if !userinfo.contains(':') {
+            // No password to hide: the library's reading, right or wrong,
+            // shows nothing secret.
+            return Ok(uri.to_owned());
+        }
+        return Err(format!(
+            "cannot tell where the password ends in the lock URL {}: it has more than one '@' with a '/' or '?' between them; write each '@' of the user name, password, path and parameters as %40",
+            super::redact(uri)
+        )
+        .into());
+    }
+    Ok(format!(
+        "{}{}{}",
+        &uri[..start],
+        userinfo.replace('@', "%40"),
+        &rest[last..]
+    ))
 }
 
 /// libpq's default: the Unix socket directory, Debian's where it exists,
@@ -567,6 +613,28 @@ pub fn explain(e: &postgres::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unencoded_at_in_the_password_stays_in_the_password() {
+        assert_eq!(
+            one_userinfo("postgres://u:p@ss@h:1/d").unwrap(),
+            "postgres://u:p%40ss@h:1/d"
+        );
+        let url = PgUrl::parse("postgres://u:p@s@s@h:1/d?sslmode=disable#n").unwrap();
+        let target = Target::new(&url, "lockrun", &|_| None).unwrap();
+        assert_eq!(target.describe, "u@h:1/d");
+        assert_eq!(target.config.get_password(), Some(&b"p@s@s"[..]));
+        for ambiguous in [
+            "postgres://u:p@s/s@h/d",
+            "postgres://u:p@h/d?application_name=a@b",
+        ] {
+            let err = one_userinfo(ambiguous).unwrap_err().message;
+            assert!(err.contains("%40") && !err.contains("p@"), "{err}");
+        }
+        // Without a password nothing is hidden, and nothing is changed.
+        let plain = "postgres://h/d?application_name=a@b@c";
+        assert_eq!(one_userinfo(plain).unwrap(), plain);
+    }
 
     #[test]
     fn pgpass_fields_unescape() {
