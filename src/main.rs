@@ -51,18 +51,71 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     std::process::exit(i32::from(status));
 }
 
+/// What `ps` shows for a password: always three `*`, as messages do
+/// (`postgres://u:***@db/ops#job`), so that its length is not shown either.
+const PASSWORD_MASK: &[u8] = b"***";
+
 /// Overwrites the passwords of postgres:// URLs in our own argv, which is
-/// what `ps` shows, with `*`. The password is still in our copy.
+/// what `ps` shows (/proc/PID/cmdline), with [`PASSWORD_MASK`]. The
+/// password is still in our copy (`args`, taken before).
+///
+/// The kernel fixed the argument area's size at exec, and growing or
+/// shrinking it needs CAP_SYS_RESOURCE (prctl PR_SET_MM_ARG_END), so a
+/// string can only be rewritten within its bytes. One `*` per byte showed
+/// the password's length. Three `*` and NUL padding right after them would
+/// show it too: `ps` prints each NUL between arguments as a space, so the
+/// gap before the next argument would count the missing bytes. Instead the
+/// rest of the area (the rest of this argument and every argument after
+/// it) moves left over the password's remaining bytes, the argv pointers
+/// after it move with it, and the bytes freed at the very end of the area
+/// become NULs, which `ps` drops. What is left is the area's total size,
+/// which /proc/PID/cmdline still has (as trailing NULs) and which only
+/// tells the sum of all the arguments' lengths. A password shorter than
+/// the mask is masked with as many `*` as it has bytes: the string
+/// cannot grow.
 fn hide_passwords(argc: c_int, argv: *const *const c_char) {
-    for i in 1..usize::try_from(argc).unwrap_or(0) {
-        // SAFETY: argv holds argc valid, NUL-terminated, writable strings
-        // (C11 5.1.2.2.1); each is only changed within its length.
-        unsafe {
-            let arg = *argv.add(i);
-            let bytes = CStr::from_ptr(arg).to_bytes();
-            for span in postgres::password_spans(bytes) {
-                let start = arg.cast_mut().cast::<u8>().add(span.start);
-                std::ptr::write_bytes(start, b'*', span.len());
+    let argc = usize::try_from(argc).unwrap_or(0);
+    // SAFETY: the argv array is the writable array the kernel put on our
+    // stack (C11 5.1.2.2.1: argv and its strings are modifiable); its argc
+    // entries point at valid NUL-terminated strings.
+    let argv = argv.cast_mut().cast::<*mut u8>();
+    for i in 1..argc {
+        // SAFETY: as above; the string is copied before it is changed.
+        let arg = unsafe { *argv.add(i) };
+        let bytes = unsafe { CStr::from_ptr(arg.cast::<c_char>()) }
+            .to_bytes()
+            .to_vec();
+        // The last span first: moving bytes left leaves earlier offsets as
+        // they were.
+        for span in postgres::password_spans(&bytes).into_iter().rev() {
+            let width = PASSWORD_MASK.len().min(span.len());
+            let removed = span.len() - width;
+            // SAFETY: every write and move stays inside the strings from
+            // argv[i] to the end of the last argument laid out right after
+            // it (`area_end`, checked pointer by pointer), which the kernel
+            // gave us as one writable block.
+            unsafe {
+                std::ptr::copy_nonoverlapping(PASSWORD_MASK.as_ptr(), arg.add(span.start), width);
+                if removed == 0 {
+                    continue;
+                }
+                // The arguments stored contiguously after this one (they
+                // always are, as execve lays them out; checked anyway, so
+                // that a string elsewhere is never moved into).
+                let mut last = i;
+                let mut area_end = arg.add(CStr::from_ptr(arg.cast()).to_bytes().len() + 1);
+                while last + 1 < argc && *argv.add(last + 1) == area_end {
+                    last += 1;
+                    let next = *argv.add(last);
+                    area_end = next.add(CStr::from_ptr(next.cast()).to_bytes().len() + 1);
+                }
+                let from = arg.add(span.end);
+                let count = usize::try_from(area_end.offset_from(from)).unwrap_or(0);
+                std::ptr::copy(from, from.sub(removed), count);
+                std::ptr::write_bytes(area_end.sub(removed), 0, removed);
+                for j in i + 1..=last {
+                    *argv.add(j) = (*argv.add(j)).sub(removed);
+                }
             }
         }
     }

@@ -2260,3 +2260,204 @@ fn sslmode_allow_reports_the_servers_own_refusal() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(stderr.contains("does not exist"), "{stderr}");
 }
+
+/// A FIFO at `path`, which nothing will ever open for writing.
+fn fifo_at(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: mkfifo reads a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
+}
+
+/// Issue 26 item 7: a root certificate that is a FIFO with no writer
+/// (`PGSSLROOTCERT`, `sslrootcert=`, `~/.postgresql/root.crt`) used to
+/// hang lockrun in open(2) for ever, deaf to SIGTERM and Ctrl-C. It is
+/// refused at once (77, naming the file and "a FIFO"). A password file
+/// that is a FIFO is ignored with a warning, as libpq ignores one that is
+/// not a plain file. Symbolic links to the real files still work.
+#[test]
+fn item_7_a_fifo_as_root_certificate_or_password_file_never_hangs() {
+    let certs = temp_dir();
+    if !certificates(certs.path()) {
+        return;
+    }
+    let Some(pg) = Server::start(Some(certs.path())) else {
+        return;
+    };
+    let home = temp_dir();
+    let dir = temp_dir();
+    let fifo = dir.path().join("fifo");
+    fifo_at(&fifo);
+    let marker = dir.path().join("ran");
+    let verify = format!(
+        "postgres://app@localhost:{}/postgres?sslmode=verify-full#fifo",
+        pg.port
+    );
+    let run = |url: &str, env: &[(&str, &Path)]| {
+        let mut cmd = lockrun();
+        // The bound kills a lockrun that hangs: the test then fails on its
+        // status, not by hanging itself.
+        cmd.timeout(BOUND)
+            .env("HOME", home.path())
+            .env_remove("PGSSLROOTCERT")
+            .env_remove("PGPASSFILE")
+            .env_remove("PGPASSWORD");
+        for (var, value) in env {
+            cmd.env(var, value);
+        }
+        cmd.args([url, "touch"]).arg(&marker);
+        cmd.output().expect("run lockrun")
+    };
+    let in_url = format!(
+        "postgres://app@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}#fifo",
+        pg.port,
+        fifo.display()
+    );
+    std::fs::create_dir(home.path().join(".postgresql")).expect("mkdir ~/.postgresql");
+    let default_root = home.path().join(".postgresql/root.crt");
+    fifo_at(&default_root);
+    for (what, out, path) in [
+        (
+            "PGSSLROOTCERT",
+            run(&verify, &[("PGSSLROOTCERT", &fifo)]),
+            &fifo,
+        ),
+        ("sslrootcert=", run(&in_url, &[]), &fifo),
+        ("~/.postgresql/root.crt", run(&verify, &[]), &default_root),
+    ] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(77),
+            "{what}: {:?} {err}",
+            out.status
+        );
+        assert!(
+            err.contains(&format!("{}: it is a FIFO", path.display())),
+            "{what}: {err}"
+        );
+        assert!(!marker.exists(), "{what}: the command ran");
+    }
+    std::fs::remove_file(&default_root).expect("rm root.crt");
+    // A password file that is a FIFO: ignored, loudly, so the server's
+    // refusal follows (69), at once.
+    let plain = format!(
+        "postgres://app@127.0.0.1:{}/postgres?sslmode=require#fifo",
+        pg.port
+    );
+    let out = run(&plain, &[("PGPASSFILE", &fifo)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{:?} {err}", out.status);
+    assert!(
+        err.contains(&format!("{}: it is a FIFO", fifo.display())),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    // Symbolic links to the real root certificate and password file.
+    let ca_link = dir.path().join("ca-link.crt");
+    std::os::unix::fs::symlink(certs.path().join("ca.crt"), &ca_link).expect("symlink");
+    let passfile = dir.path().join("pgpass");
+    std::fs::write(&passfile, format!("localhost:{}:*:app:secret\n", pg.port)).expect("pgpass");
+    std::fs::set_permissions(
+        &passfile,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod pgpass");
+    let pass_link = dir.path().join("pgpass-link");
+    std::os::unix::fs::symlink(&passfile, &pass_link).expect("symlink");
+    let out = run(
+        &verify,
+        &[("PGSSLROOTCERT", &ca_link), ("PGPASSFILE", &pass_link)],
+    );
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists());
+}
+
+/// `ps -o args=` of a process.
+fn ps_args(pid: i32) -> String {
+    let out = Command::new("ps")
+        .args(["-o", "args=", "-p", &pid.to_string()])
+        .output()
+        .expect("run ps");
+    String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+}
+
+/// Issue 26 item 17: a password with an unencoded `@`
+/// (`postgres://u:p@ss@host/db#name`) was split by the client library at
+/// its first `@`, and "cannot connect as u@ss@host" printed its tail; `ps`
+/// showed one `*` per byte of the password. Now such a password is the
+/// password (it connects), a URL where its end cannot be told is a usage
+/// error that prints none of it, and `ps` shows `***` whatever the
+/// length, with the next argument right after it.
+#[test]
+fn item_17_a_password_with_an_at_is_never_printed_and_ps_masks_it_with_a_fixed_width() {
+    let Some(pg) = shared() else { return };
+    if !needs("ps", "Debian: apt-get install procps") {
+        return;
+    }
+    pg.psql("DROP ROLE IF EXISTS atuser");
+    pg.psql("CREATE ROLE atuser LOGIN PASSWORD 'p@ss@wd'");
+    let url = |password: &str| {
+        format!(
+            "postgres://atuser:{password}@127.0.0.1:{}/postgres?sslmode=disable#at",
+            pg.port
+        )
+    };
+    // The right password, `@`s and all, takes the lock.
+    lockrun()
+        .timeout(BOUND)
+        .env_remove("PGPASSWORD")
+        .args([&url("p@ss@wd"), "true"])
+        .assert()
+        .success();
+    // A wrong one: refused by the server, no part of it printed.
+    let out = lockrun()
+        .timeout(BOUND)
+        .env_remove("PGPASSWORD")
+        .args([&url("qx@zv"), "true"])
+        .assert()
+        .code(69);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(!err.contains("qx") && !err.contains("zv"), "{err}");
+    // An `@` with a `/` between: where the password ends cannot be told.
+    let out = lockrun()
+        .timeout(BOUND)
+        .args([&url("qz/xk@jv"), "true"])
+        .assert()
+        .code(64);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(err.contains("%40"), "{err}");
+    assert!(
+        !err.contains("qz") && !err.contains("xk") && !err.contains("jv"),
+        "{err}"
+    );
+    // `ps`: three `*` for a 7-byte and for a 6-byte password alike, and
+    // the command right after the URL, one space between.
+    for (password, url) in [
+        ("p@ss@wd", url("p@ss@wd")),
+        ("secret", pg.app_url("secret", "at")),
+    ] {
+        let (mut holder, _) = holding(&[], &url, "echo ready; read x");
+        let shown = ps_args(holder.pid());
+        let masked = url.replace(&format!(":{password}@"), ":***@");
+        assert!(
+            shown.ends_with(&format!("{masked} -- sh -c echo ready; read x")),
+            "{shown}"
+        );
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", holder.pid())).expect("cmdline");
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        assert!(!cmdline.contains(password), "{cmdline:?}");
+        holder.release();
+        assert!(holder.wait_exit(BOUND).success());
+    }
+}

@@ -85,7 +85,7 @@ mod reading {
     use crate::backend::postgres::sessions::{PgSession, SlotSessions, sessions, slot_sessions};
     use crate::backend::postgres::slots;
     use crate::display;
-    use crate::exit_codes::{self, Failure};
+    use crate::exit_codes::Failure;
     use crate::inspect::{Holder, Report, State};
     use postgres::SimpleQueryMessage;
 
@@ -94,8 +94,8 @@ mod reading {
     pub fn inspect(url: &PgUrl) -> Result<Report, Failure> {
         let target = Target::new(url, "lockrun holder", &connect::process_env).map_err(|e| {
             Failure::new(
-                exit_codes::USAGE,
-                format!("{}: {e}", display::escape(&url.text)),
+                e.status,
+                format!("{}: {}", display::escape(&url.text), e.message),
             )
         })?;
         Ok(look(url, &target))

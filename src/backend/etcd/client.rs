@@ -46,6 +46,10 @@ pub struct EtcdError {
     /// Every member would say the same (credentials refused, access
     /// denied, a certificate refused): trying again cannot help.
     pub permanent: bool,
+    /// The exit status when the cause is on this machine, not in etcd: a
+    /// credential file lockrun refuses to read (a FIFO, a device) is 77,
+    /// as a lock file of that kind is. `None`: etcd's, 69.
+    pub exit: Option<u8>,
 }
 
 impl fmt::Display for EtcdError {
@@ -58,6 +62,7 @@ fn error(message: impl Into<String>) -> EtcdError {
     EtcdError {
         message: message.into(),
         permanent: false,
+        exit: None,
     }
 }
 
@@ -65,6 +70,7 @@ fn permanent(message: String) -> EtcdError {
     EtcdError {
         message,
         permanent: true,
+        exit: None,
     }
 }
 
@@ -325,6 +331,9 @@ impl Client {
             match handed {
                 Ok(answer) if !answer.succeeded() => Ok(Released::AlreadyGone),
                 Ok(_) => revoked.map(|()| Released::Ours),
+                // etcd's refusal says what happened; a revoke that then
+                // ran out of time would only say "no answer".
+                Err(e) if e.permanent => Err(e),
                 Err(e) => revoked.and(Err(e)),
             }
         })
@@ -695,7 +704,14 @@ impl Inner {
                 })
                 .await;
             match result {
-                Err(_) if Instant::now() + RETRY < deadline => tokio::time::sleep(RETRY).await,
+                // A refusal every member would give (the password changed,
+                // the user or its role revoked while the command ran) does
+                // not pass by asking again: retrying until the deadline
+                // only delayed the exit, and its last try, cut short by the
+                // deadline, then hid etcd's words behind "no answer".
+                Err(e) if !e.permanent && Instant::now() + RETRY < deadline => {
+                    tokio::time::sleep(RETRY).await;
+                }
                 done => return done,
             }
         }
@@ -1316,11 +1332,24 @@ fn tls_options(access: &Access) -> Result<ec::TlsOptions, EtcdError> {
     Ok(tls)
 }
 
+/// A credential file's content, read without ever blocking (see
+/// [`crate::platform::read_regular`]); one that is not a regular file is
+/// refused with 77, naming it and what it is.
+fn read_credential(file: &std::path::Path, role: &str) -> Result<Vec<u8>, EtcdError> {
+    use crate::platform::NotRead;
+    crate::platform::read_regular(file).map_err(|e| {
+        let mut failure = error(format!("cannot read the {role} {}: {e}", file.display()));
+        if matches!(e, NotRead::NotRegular(_)) {
+            failure.exit = Some(crate::exit_codes::NO_PERMISSION);
+        }
+        failure
+    })
+}
+
 /// A PEM file's content, checked to hold at least one `what` block, so a
 /// wrong or empty file is named here rather than lost in a TLS error.
 fn read_pem(file: &std::path::Path, role: &str, what: &str) -> Result<Vec<u8>, EtcdError> {
-    let pem = std::fs::read(file)
-        .map_err(|e| error(format!("cannot read the {role} {}: {e}", file.display())))?;
+    let pem = read_credential(file, role)?;
     let text = String::from_utf8_lossy(&pem);
     if !text.contains("-----BEGIN ")
         || !text
@@ -1339,9 +1368,10 @@ fn read_password(password: &Password) -> Result<String, EtcdError> {
     match password {
         Password::Env { value, .. } => Ok(value.clone()),
         Password::File(file) => {
-            let text = std::fs::read_to_string(file).map_err(|e| {
+            let bytes = read_credential(file, "password file")?;
+            let text = String::from_utf8(bytes).map_err(|_| {
                 error(format!(
-                    "cannot read the password file {}: {e}",
+                    "cannot read the password file {}: it is not UTF-8 text",
                     file.display()
                 ))
             })?;

@@ -62,7 +62,7 @@ pub struct EtcdBackend {
 
 fn unavailable(label: &str, e: &EtcdError) -> Failure {
     Failure::new(
-        exit_codes::UNAVAILABLE,
+        e.exit.unwrap_or(exit_codes::UNAVAILABLE),
         format!("cannot take {label}: {e} (the command was not run)"),
     )
 }
@@ -339,6 +339,7 @@ impl Backend for EtcdBackend {
             let e = EtcdError {
                 message: "our key's revision is unknown".into(),
                 permanent: false,
+                exit: None,
             };
             let failure = self.failure(&e);
             self.give_up();
@@ -401,6 +402,7 @@ impl EtcdBackend {
                     "our key {key} left the {n} oldest (deleted, or its lease expired) before it took a slot"
                 ),
                 permanent: false,
+                exit: None,
             })),
             Err(e) => Err(self.failure(&e)),
         }

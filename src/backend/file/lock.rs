@@ -690,13 +690,7 @@ fn permission_failure(path: &Path, err: &io::Error) -> Failure {
 }
 
 fn refuse_special(path: &Path, file_type: FileType) -> Failure {
-    let what = match file_type {
-        FileType::Fifo => "a FIFO",
-        FileType::Socket => "a socket",
-        FileType::CharacterDevice => "a character device",
-        FileType::BlockDevice => "a block device",
-        _ => "not a regular file",
-    };
+    let what = crate::platform::file_kind(file_type);
     Failure::new(
         exit_codes::NO_PERMISSION,
         format!(

@@ -75,6 +75,30 @@ pub struct Target {
     allow: bool,
 }
 
+/// Why a lock URL cannot be used, before any server is asked: a usage
+/// error (64) for what the URL and the environment say, 77 for a
+/// credential file lockrun refuses to read (a FIFO, a device).
+#[derive(Debug)]
+pub struct Refusal {
+    pub status: u8,
+    pub message: String,
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal {
+            status: crate::exit_codes::USAGE,
+            message,
+        }
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Refusal {
+        Refusal::from(message.to_owned())
+    }
+}
+
 /// The environment as libpq reads it; a function so tests can give their own.
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
@@ -84,7 +108,7 @@ pub fn process_env(name: &str) -> Option<String> {
 
 impl Target {
     /// `application_name` is ours unless the URI or `PGAPPNAME` set one.
-    pub fn new(url: &PgUrl, application_name: &str, env: Env) -> Result<Target, String> {
+    pub fn new(url: &PgUrl, application_name: &str, env: Env) -> Result<Target, Refusal> {
         let (base, params) = match url.connection.split_once('?') {
             Some((base, query)) => (base, query),
             None => (url.connection.as_str(), ""),
@@ -104,7 +128,8 @@ impl Target {
                 "sslcert" | "sslkey" | "sslcrl" | "sslpassword" | "service" => {
                     return Err(format!(
                         "the lock URL's '{key}' parameter is not supported by lockrun"
-                    ));
+                    )
+                    .into());
                 }
                 _ => kept.push(param),
             }
@@ -114,6 +139,7 @@ impl Target {
         } else {
             format!("{base}?{}", kept.join("&"))
         };
+        let uri = one_userinfo(&uri)?;
         let mut config = Config::from_str(&uri).map_err(|e| {
             format!(
                 "cannot read the connection URI {}: {e}",
@@ -182,8 +208,7 @@ impl Target {
         };
         if system && ssl != Ssl::VerifyFull {
             return Err(
-                "sslrootcert=system trusts every public CA, so it needs sslmode=verify-full"
-                    .to_owned(),
+                "sslrootcert=system trusts every public CA, so it needs sslmode=verify-full".into(),
             );
         }
         let tls = tls_for(ssl, explicit_root)?;
@@ -275,6 +300,51 @@ impl Target {
     }
 }
 
+/// The URI with the userinfo's own `@`s percent-encoded, so that the
+/// client library, which ends the userinfo at the *first* `@`, reads the
+/// user and password that lockrun's messages hide (everything up to the
+/// *last* `@`, see [`super::password_spans`]). Left as it was, the library
+/// would take `ss@host` for the host of `postgres://u:p@ss@host/db` and
+/// print the password's tail in "cannot connect as u@ss@host". When the
+/// `@`s have a `/` or `?` between them, where the password ends cannot be
+/// told (a password with a `/`, or an `@` in the path or a parameter): a
+/// usage error that shows the URL masked up to its last `@`.
+fn one_userinfo(uri: &str) -> Result<String, Refusal> {
+    let Some(start) = ["postgres://", "postgresql://"]
+        .iter()
+        .find(|s| uri.starts_with(*s))
+        .map(|s| s.len())
+    else {
+        return Ok(uri.to_owned());
+    };
+    let rest = &uri[start..];
+    let (Some(first), Some(last)) = (rest.find('@'), rest.rfind('@')) else {
+        return Ok(uri.to_owned());
+    };
+    if first == last {
+        return Ok(uri.to_owned());
+    }
+    let userinfo = &rest[..last];
+    if userinfo.contains(['/', '?']) {
+        if !userinfo.contains(':') {
+            // No password to hide: the library's reading, right or wrong,
+            // shows nothing secret.
+            return Ok(uri.to_owned());
+        }
+        return Err(format!(
+            "cannot tell where the password ends in the lock URL {}: it has more than one '@' with a '/' or '?' between them; write each '@' of the user name, password, path and parameters as %40",
+            super::redact(uri)
+        )
+        .into());
+    }
+    Ok(format!(
+        "{}{}{}",
+        &uri[..start],
+        userinfo.replace('@', "%40"),
+        &rest[last..]
+    ))
+}
+
 /// libpq's default: the Unix socket directory, Debian's where it exists,
 /// upstream's otherwise.
 fn default_host() -> String {
@@ -323,18 +393,28 @@ fn from_passfile(config: &Config, explicit: Option<PathBuf>, env: Env) -> Option
     let path = explicit
         .or_else(|| env("PGPASSFILE").map(PathBuf::from))
         .or_else(|| home().map(|h| h.join(".pgpass")))?;
-    let meta = std::fs::metadata(&path).ok()?;
-    if !meta.is_file() {
-        return None;
-    }
+    let shown = crate::display::escape(&path.to_string_lossy());
+    // Opened as every credential file is, never blocking on a FIFO; what
+    // is not a regular file is ignored with a warning, as libpq does
+    // ("password file is not a plain file"). No such file: nothing to say.
+    let (mut file, meta) = match crate::platform::open_regular(&path) {
+        Ok(opened) => opened,
+        Err(crate::platform::NotRead::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return None;
+        }
+        Err(e) => {
+            crate::say!("lockrun: warning: cannot read the password file {shown}: {e}; ignored");
+            return None;
+        }
+    };
     if meta.permissions().mode() & 0o077 != 0 {
         crate::say!(
-            "lockrun: warning: password file {} has group or world access; ignored (chmod 0600 it)",
-            crate::display::escape(&path.to_string_lossy())
+            "lockrun: warning: password file {shown} has group or world access; ignored (chmod 0600 it)"
         );
         return None;
     }
-    let text = std::fs::read_to_string(&path).ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).ok()?;
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) => host.clone(),
         _ => "localhost".to_owned(),
@@ -391,7 +471,7 @@ fn provider() -> Arc<CryptoProvider> {
 /// The TLS set-up for `ssl`. As in libpq: `require` verifies the chain
 /// only when a root certificate file is there; `verify-ca` verifies the
 /// chain, `verify-full` the chain and the host name.
-fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
+fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, Refusal> {
     if ssl == Ssl::Disable {
         return Ok(Tls::None);
     }
@@ -412,7 +492,7 @@ fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
         let Some(root) = root else {
             return Err(
                 "sslmode verify-ca/verify-full needs a root certificate: set sslrootcert in the URL, PGSSLROOTCERT, or ~/.postgresql/root.crt"
-                    .to_owned(),
+                    .into(),
             );
         };
         let shown = crate::display::escape(&root.to_string_lossy());
@@ -421,14 +501,19 @@ fn tls_for(ssl: Ssl, explicit_root: Option<PathBuf>) -> Result<Tls, String> {
             let found = rustls_native_certs::load_native_certs();
             store.add_parsable_certificates(found.certs);
             if store.is_empty() {
-                return Err(
-                    "sslrootcert=system: no CA certificates found on this system".to_owned(),
-                );
+                return Err("sslrootcert=system: no CA certificates found on this system".into());
             }
         } else {
-            let certs = CertificateDer::pem_file_iter(&root)
-                .map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
-            for cert in certs {
+            // Read as every credential file is (never blocking on a FIFO),
+            // then parsed from memory.
+            let pem = crate::platform::read_regular(&root).map_err(|e| Refusal {
+                status: match e {
+                    crate::platform::NotRead::NotRegular(_) => crate::exit_codes::NO_PERMISSION,
+                    crate::platform::NotRead::Io(_) => crate::exit_codes::USAGE,
+                },
+                message: format!("cannot read the root certificate {shown}: {e}"),
+            })?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert =
                     cert.map_err(|e| format!("cannot read the root certificate {shown}: {e}"))?;
                 store
@@ -530,6 +615,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_unencoded_at_in_the_password_stays_in_the_password() {
+        assert_eq!(
+            one_userinfo("postgres://u:p@ss@h:1/d").unwrap(),
+            "postgres://u:p%40ss@h:1/d"
+        );
+        let url = PgUrl::parse("postgres://u:p@s@s@h:1/d?sslmode=disable#n").unwrap();
+        let target = Target::new(&url, "lockrun", &|_| None).unwrap();
+        assert_eq!(target.describe, "u@h:1/d");
+        assert_eq!(target.config.get_password(), Some(&b"p@s@s"[..]));
+        for ambiguous in [
+            "postgres://u:p@s/s@h/d",
+            "postgres://u:p@h/d?application_name=a@b",
+        ] {
+            let err = one_userinfo(ambiguous).unwrap_err().message;
+            assert!(err.contains("%40") && !err.contains("p@"), "{err}");
+        }
+        // Without a password nothing is hidden, and nothing is changed.
+        let plain = "postgres://h/d?application_name=a@b@c";
+        assert_eq!(one_userinfo(plain).unwrap(), plain);
+    }
+
+    #[test]
     fn pgpass_fields_unescape() {
         assert_eq!(
             split_pgpass(r"h:5432:*:u:p\:w\\d:x"),
@@ -558,6 +665,6 @@ mod tests {
         let none = |_: &str| None;
         let url = PgUrl::parse("postgres://u@h/d?sslrootcert=system&sslmode=require#n").unwrap();
         let err = Target::new(&url, "lockrun", &none).err().unwrap();
-        assert!(err.contains("verify-full"), "{err}");
+        assert!(err.message.contains("verify-full"), "{err:?}");
     }
 }

@@ -382,7 +382,7 @@ impl PgBackend {
         let ttl = opts.ttl.max(Duration::from_secs(1));
         // What the URL and the environment say cannot work: a usage error.
         let mut target = Target::new(&opts.url, &application_name(), &connect::process_env)
-            .map_err(|e| Failure::new(exit_codes::USAGE, format!("{label}: {e}")))?;
+            .map_err(|e| Failure::new(e.status, format!("{label}: {}", e.message)))?;
         target.keepalive(ttl);
         if target.password_in_url && opts.settings.verbose {
             crate::say!(
