@@ -657,6 +657,8 @@ fn verbose_says_how_long_acquiring_took() {
         .stderr(predicate::str::contains("took the exclusive lock on"));
 }
 
+// O_PATH is Linux's.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_failing_lock_call_exits_71_with_the_os_error() {
     // flock(2) on an O_PATH descriptor fails with EBADF: the lock call

@@ -37,9 +37,26 @@ pub struct Bell {
 }
 
 impl Bell {
+    #[cfg(not(target_vendor = "apple"))]
     pub fn new() -> io::Result<Bell> {
         use rustix::pipe::{PipeFlags, pipe_with};
         let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        Ok(Bell { read, write })
+    }
+
+    /// macOS has no pipe2: the flags are set after the pipe is made. A
+    /// process started by another thread in between would inherit the
+    /// ends; lockrun makes bells only while it waits for a lock, and
+    /// starts its command after that.
+    #[cfg(target_vendor = "apple")]
+    pub fn new() -> io::Result<Bell> {
+        use rustix::io::{FdFlags, fcntl_getfd, fcntl_setfd};
+        let (read, write) = rustix::pipe::pipe()?;
+        for end in [&read, &write] {
+            fcntl_setfd(end, fcntl_getfd(end)? | FdFlags::CLOEXEC)?;
+            let status = rustix::fs::fcntl_getfl(end)?;
+            rustix::fs::fcntl_setfl(end, status | rustix::fs::OFlags::NONBLOCK)?;
+        }
         Ok(Bell { read, write })
     }
 

@@ -13,6 +13,11 @@ use std::path::Path;
 /// child namespace it hides locks whose owner it cannot see.
 pub const INITIAL_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
 
+/// si_code of a signal sent with kill(2).
+pub const SI_USER: i32 = libc::SI_USER;
+/// si_code of a signal the kernel generated itself (the terminal's).
+pub const SI_KERNEL: Option<i32> = Some(libc::SI_KERNEL);
+
 /// Reads a small /proc file with one read(2) into a stack buffer: /proc
 /// files are generated whole on the first read, and these are short.
 /// (`fs::read` would stat and read twice, and allocate.)
@@ -662,6 +667,13 @@ pub fn descriptor_path(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::Pat
     let target = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
     let shown = target.to_str()?;
     (shown.starts_with('/') && !shown.ends_with(" (deleted)")).then_some(target)
+}
+
+/// The type of the file `meta` describes, as rustix names it. Inline: the
+/// lock file's open path compiles as it did before this function.
+#[inline]
+pub fn file_type(meta: &fs::Metadata) -> rustix::fs::FileType {
+    rustix::fs::FileType::from_raw_mode(meta.mode())
 }
 
 pub fn file_system_magic(path: &Path) -> Option<i64> {

@@ -57,7 +57,9 @@ use std::os::unix::ffi::OsStrExt;
 pub struct CommandLine {
     /// Owns the strings that `argv` points into.
     args: Vec<CString>,
-    /// `args` as pointers, then a null: what execvp takes.
+    /// `args` as pointers, then a null: what execvp takes (elsewhere std
+    /// builds its own from `args`).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     argv: Vec<*const c_char>,
     /// The variables lockrun adds, as `NAME=value` (on Linux only read
     /// through `envp`, which points into them).
@@ -147,6 +149,8 @@ pub unsafe fn start_command(
 /// inherited (systemd, for one, ignores it): a command writing into a
 /// closed pipe should die quietly, as it does when a shell starts it and
 /// as std's Command arranges for the lock-URL path.
+/// (Elsewhere std's spawn resets it.)
+#[cfg(target_os = "linux")]
 const RESET_TOO: u64 = 1 << libc::SIGPIPE;
 
 #[cfg(target_os = "linux")]

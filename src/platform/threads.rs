@@ -18,8 +18,20 @@ pub fn interrupt_signal_in_use() -> Option<i32> {
 /// call early (at the deadline, or when a signal ends the wait). Its
 /// handler does nothing and is installed without SA_RESTART, so the
 /// blocking call returns EINTR.
+#[cfg(target_os = "linux")]
 pub fn interrupt_signal() -> i32 {
     libc::SIGRTMIN()
+}
+
+/// Elsewhere SIGURG: macOS has no real-time signals, and FreeBSD's start
+/// at 65, past the 64-bit masks lockrun keeps signals in (`handled`).
+/// SIGURG is ignored by default and only sent for a socket's out-of-band
+/// data to a process that asked for it (F_SETOWN), which lockrun never
+/// does; Go's runtime picked it for the same reason. The command's
+/// process puts it back to its default before the exec, as on Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn interrupt_signal() -> i32 {
+    libc::SIGURG
 }
 
 extern "C" fn interrupted(_: libc::c_int) {}

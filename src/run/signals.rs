@@ -18,11 +18,11 @@ use std::sync::{Arc, Once};
 
 pub const FORWARDED: [i32; 6] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2];
 
-/// si_code of a signal the kernel itself generated, such as the terminal's
-/// SIGINT on Ctrl-C. The terminal sends those to the whole foreground
-/// process group, which includes the command: forwarding them too would make
-/// Ctrl-C arrive twice.
-const SI_KERNEL: i32 = 0x80;
+// si_code of a signal the kernel itself generated, such as the terminal's
+// SIGINT on Ctrl-C. The terminal sends those to the whole foreground
+// process group, which includes the command: forwarding them too would make
+// Ctrl-C arrive twice. (`None` where lockrun does not know the code.)
+use crate::platform::SI_KERNEL;
 
 /// The command's pid once it runs; 0 before; -1 once it has exited (it may
 /// be a zombie not yet reaped: its pid must not be signalled any more, it
@@ -95,9 +95,9 @@ pub fn install() -> io::Result<()> {
     result
 }
 
-/// si_code of a signal sent with kill(2), the only call that can signal a
-/// whole process group.
-const SI_USER: i32 = 0;
+// si_code of a signal sent with kill(2), the only call that can signal a
+// whole process group.
+use crate::platform::SI_USER;
 
 extern "C" fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo.
@@ -107,7 +107,7 @@ extern "C" fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc:
     let sender = info
         .filter(|_| code == SI_USER)
         .map_or(0, |info| unsafe { info.si_pid() });
-    crate::platform::keeping_errno(|| on_signal(sig, code == SI_KERNEL, sender));
+    crate::platform::keeping_errno(|| on_signal(sig, Some(code) == SI_KERNEL, sender));
 }
 
 /// [`install`], for a command about to be started: a failure ends lockrun.

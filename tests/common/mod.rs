@@ -644,8 +644,14 @@ pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
     // SAFETY: plain socket calls on a descriptor this function owns; the
     // address structs are local and fully initialised.
     unsafe {
+        #[cfg(not(target_vendor = "apple"))]
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        // macOS has no SOCK_CLOEXEC: the flag is set right after.
+        #[cfg(target_vendor = "apple")]
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
         assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        #[cfg(target_vendor = "apple")]
+        assert_eq!(libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC), 0);
         let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
         let mut addr: libc::sockaddr_in = std::mem::zeroed();
         addr.sin_family = libc::AF_INET as libc::sa_family_t;

@@ -20,7 +20,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use std::fs::{File, TryLockError};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -134,7 +134,7 @@ impl LockFile {
         let meta = file
             .metadata()
             .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot examine lock file", path, &e))?;
-        let is_dir = match FileType::from_raw_mode(meta.mode()) {
+        let is_dir = match crate::platform::file_type(&meta) {
             FileType::RegularFile => false,
             FileType::Directory => true,
             other => return Err(refuse_special(path, other)),
@@ -341,8 +341,16 @@ fn take(file: &File, kind: LockKind, mode: LockMode, block: bool) -> io::Result<
     }
 }
 
+/// The type of fcntl(2)'s F_RDLCK, F_WRLCK and F_UNLCK in the libc crate:
+/// int on Linux, short (flock's l_type) on macOS and the BSDs.
 #[cfg(target_os = "linux")]
-fn ofd_lock(file: &File, kind: i32, start: u64, len: u64, block: bool) -> io::Result<()> {
+type LockType = libc::c_int;
+#[cfg(not(target_os = "linux"))]
+type LockType = libc::c_short;
+
+#[cfg(target_os = "linux")]
+fn ofd_lock(file: &File, kind: LockType, start: u64, len: u64, block: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
     // SAFETY: a plain C struct; all-zero is a valid value (l_pid must be 0
     // for OFD locks).
     let mut arg: libc::flock = unsafe { std::mem::zeroed() };
@@ -364,7 +372,7 @@ fn ofd_lock(file: &File, kind: i32, start: u64, len: u64, block: bool) -> io::Re
 }
 
 #[cfg(not(target_os = "linux"))]
-fn ofd_lock(_: &File, _: i32, _: u64, _: u64, _: bool) -> io::Result<()> {
+fn ofd_lock(_: &File, _: LockType, _: u64, _: u64, _: bool) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "--fcntl (open file description locks) needs Linux",
@@ -374,7 +382,7 @@ fn ofd_lock(_: &File, _: i32, _: u64, _: u64, _: bool) -> io::Result<()> {
 /// The mode a new lock file gets before the umask: 0666, as flock(1) and
 /// touch(1) create files, so that a group-shared lock directory (umask
 /// 002) gives the group a lock file it can open for writing too.
-const CREATE_MODE: u32 = 0o666;
+const CREATE_MODE: rustix::fs::RawMode = 0o666;
 
 /// Opens PATH as described at `LockFile::open_for`: type first, then the
 /// real open through the `O_PATH` descriptor; creation with `O_EXCL` so
@@ -507,6 +515,7 @@ fn reopen(
     flags: OFlags,
     seen: &rustix::fs::Stat,
 ) -> Result<OwnedFd, Errno> {
+    use std::os::fd::{AsFd, AsRawFd};
     let via_proc = format!("/proc/self/fd/{}", probe.as_fd().as_raw_fd());
     match rustix::fs::open(via_proc.as_str(), flags, Mode::empty()) {
         Err(Errno::NOENT) if !Path::new("/proc/self/fd").exists() => {}
@@ -611,7 +620,7 @@ fn open_failure(path: &Path, errno: Errno, write: bool) -> Failure {
         Errno::NXIO => {
             // A socket (or a FIFO/device nobody serves) cannot be opened.
             match std::fs::symlink_metadata(path) {
-                Ok(meta) => refuse_special(path, FileType::from_raw_mode(meta.mode())),
+                Ok(meta) => refuse_special(path, crate::platform::file_type(&meta)),
                 Err(_) => Failure::io(exit_codes::NO_INPUT, "cannot open lock file", path, &err),
             }
         }
