@@ -99,14 +99,10 @@ mod tests {
     fn a_fifo_is_refused_at_once_and_a_link_to_a_file_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            FileType::Fifo,
-            Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        // mkfifo(3), not mknodat: macOS has no mknodat for FIFOs.
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; mkfifo only creates it.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
         match read_regular(&fifo) {
             Err(NotRead::NotRegular(what)) => assert_eq!(what, "a FIFO"),
             other => panic!("{other:?}"),
