@@ -17,10 +17,14 @@ mod other;
 pub use other::*;
 
 mod helpers;
+#[cfg(target_os = "linux")]
+mod keeper;
 mod process;
 mod spawn;
 mod threads;
 pub use helpers::{ANSWERED, Bell, Helpers};
+#[cfg(target_os = "linux")]
+pub use keeper::Keeper;
 pub use process::{Target, group_kept_with_command, leave_command_group, stop_all, wait_exited};
 pub use spawn::{CommandLine, die_with_parent, start_command};
 pub use threads::{

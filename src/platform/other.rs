@@ -43,6 +43,9 @@ pub fn lock_id(_file: &std::fs::File) -> Option<LockId> {
 pub fn lock_id_at(_path: &Path, dev: u64, ino: u64) -> LockId {
     stat_lock_id(dev, ino)
 }
+pub fn lock_id_at_in(_path: &Path, dev: u64, ino: u64, _mounts: &mut Option<String>) -> LockId {
+    stat_lock_id(dev, ino)
+}
 pub fn stat_lock_id(dev: u64, ino: u64) -> LockId {
     LockId {
         major: dev,
@@ -50,7 +53,7 @@ pub fn stat_lock_id(dev: u64, ino: u64) -> LockId {
         ino,
     }
 }
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LockTable {
     pub locks: Vec<KernelLock>,
     pub torn: bool,
@@ -61,8 +64,14 @@ pub fn kernel_locks(_id: LockId) -> io::Result<LockTable> {
         "this system has no kernel lock table lockrun can read",
     ))
 }
+pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
+    ids.iter().map(|&id| kernel_locks(id)).collect()
+}
 pub fn fd_holders(_dev: u64, _ino: u64) -> (Vec<FdHolder>, bool) {
     (Vec::new(), false)
+}
+pub fn fd_holders_of(files: &[(u64, u64)]) -> (Vec<Vec<FdHolder>>, bool) {
+    (files.iter().map(|_| Vec::new()).collect(), false)
 }
 pub fn process_holds(_pid: i32, _dev: u64, _ino: u64) -> Option<bool> {
     None
@@ -103,5 +112,13 @@ pub fn keeping_errno(work: impl FnOnce()) {
     if let (Some(errno), Some(saved)) = (location, saved) {
         // SAFETY: see above.
         unsafe { *errno = saved };
+    }
+}
+
+/// No keeper elsewhere: a stopped head of a --slots queue keeps it.
+pub struct Keeper;
+impl Keeper {
+    pub fn start(_queue: std::os::fd::BorrowedFd<'_>) -> io::Result<Keeper> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 }

@@ -13,7 +13,17 @@ use crate::record::{self, Record};
 /// the recorded processes' descriptors, never the kernel's lock table or
 /// the inspection code: that is `holder`'s job, not the run path's.
 pub fn held_by(lock: &LockFile) -> Option<String> {
-    match confirmed(lock, &current_record(lock)?) {
+    held_by_file(lock.file())
+}
+
+/// [`held_by`] for a lock file that this process has not opened to lock:
+/// opened to read (never created, never a FIFO), as `holder` opens one.
+pub fn held_by_path(path: &std::path::Path) -> Option<String> {
+    held_by_file(&super::lock::open_to_read(path).ok()??)
+}
+
+fn held_by_file(file: &std::fs::File) -> Option<String> {
+    match confirmed(file, &current_record(file)?) {
         Confirmed::Holds(holder) => Some(holder),
         Confirmed::CannotTell(_) | Confirmed::Gone | Confirmed::NotHolding => None,
     }
@@ -27,10 +37,10 @@ pub fn held_by(lock: &LockFile) -> Option<String> {
 /// the kernel.
 pub fn conflict_holder(lock: &LockFile, label: &str) -> String {
     let ask = holder_command(lock, label);
-    let Some(record) = current_record(lock) else {
+    let Some(record) = current_record(lock.file()) else {
         return format!("another process, which left no holder record (`{ask}` names it)");
     };
-    match confirmed(lock, &record) {
+    match confirmed(lock.file(), &record) {
         Confirmed::Holds(holder) => holder,
         Confirmed::CannotTell(holder) => format!(
             "another process; the record names {holder}, which lockrun cannot confirm from here (`{ask}` can)"
@@ -77,8 +87,8 @@ fn holder_command(lock: &LockFile, label: &str) -> String {
     }
 }
 
-fn current_record(lock: &LockFile) -> Option<Record> {
-    Record::parse(&record::read_content(lock.file()).ok()?)
+fn current_record(file: &std::fs::File) -> Option<Record> {
+    Record::parse(&record::read_content(file).ok()?)
 }
 
 enum Confirmed {
@@ -94,7 +104,7 @@ enum Confirmed {
     NotHolding,
 }
 
-fn confirmed(lock: &LockFile, record: &Record) -> Confirmed {
+fn confirmed(file: &std::fs::File, record: &Record) -> Confirmed {
     use std::os::unix::fs::MetadataExt;
     if record.is_released() {
         return Confirmed::Gone;
@@ -105,7 +115,7 @@ fn confirmed(lock: &LockFile, record: &Record) -> Confirmed {
         Liveness::CannotTell => return Confirmed::CannotTell(summary()),
         Liveness::Alive => {}
     }
-    let Ok(ours) = lock.file().metadata() else {
+    let Ok(ours) = file.metadata() else {
         return Confirmed::CannotTell(summary());
     };
     let mut unknown = false;
