@@ -31,6 +31,10 @@ const EVERY: Duration = Duration::from_millis(250);
 /// The keeper of one queue lock; killed and reaped when dropped.
 pub struct Keeper {
     pid: libc::pid_t,
+    /// Pinned by a pidfd: with SIGCHLD ignored the kernel reaps a keeper
+    /// that exits by itself, and its pid may be another process's by the
+    /// time the keeper is dropped.
+    pinned: Option<super::Target>,
 }
 
 impl Keeper {
@@ -45,16 +49,28 @@ impl Keeper {
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => keep_watch(head, fd, &stat),
-            pid => Ok(Keeper { pid }),
+            pid => Ok(Keeper {
+                pid,
+                pinned: super::Target::pin(pid),
+            }),
         }
     }
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
-        // SAFETY: our own child, not yet reaped: its pid is still its own.
+        match &self.pinned {
+            Some(keeper) => {
+                let _ = keeper.signal(libc::SIGKILL);
+            }
+            // SAFETY: kill(2) on our child's pid, not reaped by us yet.
+            None => unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+            },
+        }
+        // SAFETY: waitpid on our own child's pid: it reaps that child, or
+        // fails (ECHILD) if the kernel already did.
         unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
             while libc::waitpid(self.pid, std::ptr::null_mut(), 0) == -1
                 && *libc::__errno_location() == libc::EINTR
             {}
