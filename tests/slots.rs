@@ -893,8 +893,10 @@ fn item_6_a_stopped_head_of_the_queue_does_not_keep_the_queue() {
     let mut next = waiter();
     wait_for("the next waiter to queue", || kernel_waiters(&lock) == 1);
     kill(head.pid(), "STOP");
-    wait_for("the head to be stopped", || {
-        process_state(head.pid()) == Some('T')
+    // Every thread, not only the main one: a slot-waiting thread not yet
+    // stopped could still take the slot when it frees.
+    wait_for("every thread of the head to be stopped", || {
+        stopped_threads(head.pid())
     });
     let (mut holder, ..) = holders.remove(0);
     holder.release();
@@ -907,6 +909,20 @@ fn item_6_a_stopped_head_of_the_queue_does_not_keep_the_queue() {
     assert_eq!(head.expect_ready(), ["1"]);
     head.release();
     assert!(head.wait_exit(BOUND).success());
+}
+
+/// Whether every thread of `pid` is stopped (state `T`).
+fn stopped_threads(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('T'))
+        })
+    })
 }
 
 /// Issue 26 item 14: `holder`/`check` on an idle --slots lock read the
