@@ -58,6 +58,12 @@ pub struct Report {
     pub slots: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot_reports: Option<Vec<Report>>,
+    /// `--slots N`: who holds `LOCKFILE` itself other than the head of
+    /// its queue (flock(1), a plain lockrun, an fcntl or lockf user): the
+    /// kernel's word on the file, which the slots alone do not show.
+    /// Empty when only the queue's head (or nobody) holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lockfile_holders: Option<Vec<Holder>>,
     /// For a lock URL: what its service says of the lock, under the
     /// backend's own name in JSON (`etcd`, `postgres`). Absent for files,
     /// whose JSON schema is unchanged.
@@ -141,6 +147,7 @@ impl Report {
             record_unconfirmed: false,
             slots: None,
             slot_reports: None,
+            lockfile_holders: None,
             service: None,
         }
     }
@@ -201,7 +208,7 @@ pub fn look_up(target: &LockTarget, want_holders: bool, probe: bool) -> Result<R
 }
 
 pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
-    let mut report = inspect_file(path, want_holders)?;
+    let mut report = inspect_with(path, want_holders, &mut Look::default())?;
     if report.state == State::Held
         && report.slot_reports.is_none()
         && report.record_holder_alive == Some(true)
@@ -235,7 +242,96 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     Ok(report)
 }
 
-fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
+/// Where [`inspect`] gets the kernel's view of a file: read afresh for it
+/// alone, or, for the files of a `--slots` lock ([`Look::of_files`]), one
+/// reading of /proc/locks and at most one scan of every process's
+/// descriptors for all of them: with 1024 slots, one scan per slot took
+/// minutes on a busy host (issue 26 item 14).
+/// A file of [`Look::of_files`]: its stat identity, its lock id, and its
+/// locks as one reading of the table gave them (or why it could not be
+/// read).
+type Known = (
+    (u64, u64),
+    platform::LockId,
+    Result<platform::LockTable, String>,
+);
+
+#[derive(Default)]
+pub(crate) struct Look {
+    /// Each file's stat identity, its lock id, and its locks as one
+    /// reading of the table gave them (or why the table could not be read).
+    known: Vec<Known>,
+    /// The one scan of the descriptors, made the first time one of the
+    /// files needs it: holders per file of `known`, in order, and whether
+    /// every process could be looked at.
+    scanned: Option<(Vec<Vec<FdHolder>>, bool)>,
+}
+
+impl Look {
+    /// Placed and read together: the files of `paths` that exist.
+    pub(crate) fn of_files(paths: &[std::path::PathBuf]) -> Look {
+        let mut mounts = None;
+        let files: Vec<((u64, u64), platform::LockId)> = paths
+            .iter()
+            .filter_map(|path| {
+                let meta = fs::metadata(path).ok()?;
+                let (dev, ino) = (meta.dev(), meta.ino());
+                Some((
+                    (dev, ino),
+                    platform::lock_id_at_in(path, dev, ino, &mut mounts),
+                ))
+            })
+            .collect();
+        let ids: Vec<platform::LockId> = files.iter().map(|(_, id)| *id).collect();
+        let tables: Vec<Result<platform::LockTable, String>> = match platform::kernel_locks_of(&ids)
+        {
+            Ok(tables) => tables.into_iter().map(Ok).collect(),
+            Err(e) => ids.iter().map(|_| Err(e.to_string())).collect(),
+        };
+        Look {
+            known: files
+                .into_iter()
+                .zip(tables)
+                .map(|((file, id), table)| (file, id, table))
+                .collect(),
+            scanned: None,
+        }
+    }
+
+    fn lock_id_at(&self, path: &Path, dev: u64, ino: u64) -> platform::LockId {
+        match self.known.iter().find(|(file, ..)| *file == (dev, ino)) {
+            Some((_, id, _)) => *id,
+            None => platform::lock_id_at(path, dev, ino),
+        }
+    }
+
+    /// The table as read for these files (read again would only repeat
+    /// what was read a moment ago), or read now for another.
+    fn kernel_locks(&self, id: platform::LockId) -> io::Result<platform::LockTable> {
+        match self.known.iter().find(|(_, known, _)| *known == id) {
+            Some((.., table)) => table.clone().map_err(io::Error::other),
+            None => platform::kernel_locks(id),
+        }
+    }
+
+    fn fd_holders(&mut self, dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
+        let Some(at) = self.known.iter().position(|(file, ..)| *file == (dev, ino)) else {
+            return platform::fd_holders(dev, ino);
+        };
+        let known = &self.known;
+        let (found, complete) = self.scanned.get_or_insert_with(|| {
+            let files: Vec<(u64, u64)> = known.iter().map(|(file, ..)| *file).collect();
+            platform::fd_holders_of(&files)
+        });
+        (found.get(at).cloned().unwrap_or_default(), *complete)
+    }
+}
+
+pub(crate) fn inspect_with(
+    path: &Path,
+    want_holders: bool,
+    look: &mut Look,
+) -> Result<Report, Failure> {
     let shown = path.to_string_lossy().into_owned();
     let meta = match fs::metadata(path) {
         Ok(meta) => meta,
@@ -280,8 +376,8 @@ fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
 
     // Matched as the kernel lists the file, which is not always what stat
     // says (btrfs subvolumes, overlays).
-    let id = platform::lock_id_at(path, dev, ino);
-    let table = match platform::kernel_locks(id) {
+    let id = look.lock_id_at(path, dev, ino);
+    let table = match look.kernel_locks(id) {
         Ok(table) => table,
         Err(e) => {
             report.state = State::Unknown;
@@ -306,11 +402,11 @@ fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         if !ambiguous {
             report.state = State::Held;
             if want_holders {
-                report.holders = holders(platform::fd_holders(dev, ino).0, &held);
+                report.holders = holders(look.fd_holders(dev, ino).0, &held);
             }
             return Ok(report);
         }
-        let (found, complete) = platform::fd_holders(dev, ino);
+        let (found, complete) = look.fd_holders(dev, ino);
         if !found.is_empty() || !complete {
             report.state = State::Held;
             report.holders = holders(found, &held);
@@ -336,7 +432,7 @@ fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
             .filter_map(|pid| i32::try_from(pid).ok());
         for pid in recorded {
             match platform::process_holds(pid, dev, ino) {
-                Some(true) => return Ok(held_via(report, platform::fd_holders(dev, ino).0)),
+                Some(true) => return Ok(held_via(report, look.fd_holders(dev, ino).0)),
                 Some(false) => {}
                 None => unconfirmed = true,
             }
@@ -345,7 +441,7 @@ fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     if table.torn {
         let (found, complete) = match scanned {
             Some(complete) => (Vec::new(), complete),
-            None => platform::fd_holders(dev, ino),
+            None => look.fd_holders(dev, ino),
         };
         if !found.is_empty() {
             return Ok(held_via(report, found));
@@ -358,7 +454,7 @@ fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         // descriptors, just looked at, have the last word.
         let rereads = if ambiguous { 0 } else { 3 };
         for _ in 0..rereads {
-            if let Ok(again) = platform::kernel_locks(id)
+            if let Ok(again) = look.kernel_locks(id)
                 && again.locks.iter().any(|l| !l.waiting)
             {
                 report.state = State::Held;
@@ -386,7 +482,7 @@ fn inspect_file(path: &Path, want_holders: bool) -> Result<Report, Failure> {
         our_pid_ns: platform::pid_namespace(),
         network_fs: platform::file_system_magic(path).and_then(platform::network_fs_name),
     };
-    let descriptors = || platform::fd_holders(dev, ino).0;
+    let descriptors = || look.fd_holders(dev, ino).0;
     match conclude_unseen(report.record.as_ref(), &surroundings, descriptors) {
         Unseen::Free => {}
         Unseen::HeldVia(found) => return Ok(held_via(report, found)),

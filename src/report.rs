@@ -489,6 +489,16 @@ fn with_slots(report: &Report, path: &str, slots: &[Report]) -> String {
             escape(report.reason.as_deref().unwrap_or(""))
         );
     }
+    // LOCKFILE held other than by the queue's head: it takes no slot, so
+    // it excludes no slot holder, but every waiter queues behind it.
+    for other in report.lockfile_holders.iter().flatten() {
+        let _ = write!(
+            out,
+            "\n  {path} itself: held ({}) by {}, outside the slots (waiters queue behind it)",
+            other.mode,
+            process(other)
+        );
+    }
     for (k, slot) in slots.iter().enumerate() {
         let mut plain = slot.clone();
         plain.waiting = 0;

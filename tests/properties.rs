@@ -133,6 +133,7 @@ fn any_report() -> impl Strategy<Value = Report> {
                     }),
                     slots: None,
                     slot_reports: None,
+                    lockfile_holders: None,
                 }
             },
         )

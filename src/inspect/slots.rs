@@ -4,17 +4,21 @@
 //! any slot is; it is unknown when none is seen held and one cannot be
 //! told.
 
-use super::{Report, State, inspect};
+use super::{Look, Report, State, holders, inspect_with};
 use crate::exit_codes::Failure;
-use crate::platform;
+use crate::platform::{FdHolder, KernelLock};
 use crate::record::{self, SlotsHeader};
 use rustix::fs::{Mode, OFlags};
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The report on `path` with a report per slot, or `None` when `path`
 /// is not used with `--slots`.
+///
+/// Every file is looked at from one reading of the kernel's lock table
+/// and at most one scan of the processes' descriptors ([`Look`]),
+/// whatever N is.
 pub fn inspect_slots(
     path: &Path,
     dev: u64,
@@ -24,11 +28,51 @@ pub fn inspect_slots(
     let Some(header) = read_header(path, dev, ino) else {
         return Ok(None);
     };
-    let slots = (1..=header.slots)
-        .map(|k| inspect(&record::slot_path(path, k), want_holders))
+    let slot_paths: Vec<PathBuf> = (1..=header.slots)
+        .map(|k| record::slot_path(path, k))
+        .collect();
+    let mut look = Look::of_files(&[&[path.to_owned()][..], &slot_paths].concat());
+    let slots = slot_paths
+        .iter()
+        .map(|slot| inspect_with(slot, want_holders, &mut look))
         .collect::<Result<Vec<_>, _>>()?;
+    // LOCKFILE itself, as the kernel has it: the queue. Its head holds it
+    // while it waits on the slots (it is then among each slot's waiters);
+    // anyone else holding it (flock(1), a plain lockrun, fcntl or lockf)
+    // is reported, and makes the lock held: waiters queue behind it.
+    let id = look.lock_id_at(path, dev, ino);
+    let table = look.kernel_locks(id).ok();
+    let heads: Vec<i32> = slot_paths
+        .iter()
+        .filter_map(|slot| {
+            let meta = std::fs::metadata(slot).ok()?;
+            let slot_id = look.lock_id_at(slot, meta.dev(), meta.ino());
+            look.kernel_locks(slot_id).ok()
+        })
+        .flat_map(|t| t.locks.into_iter().filter(|l| l.waiting).map(|l| l.pid))
+        .collect();
+    let queued = table
+        .as_ref()
+        .map_or(0, |t| t.locks.iter().filter(|l| l.waiting).count());
+    let outside: Vec<KernelLock> = table
+        .map(|t| t.locks)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| !l.waiting && (l.pid <= 0 || !heads.contains(&l.pid)))
+        .collect();
+    let lockfile_holders = if outside.is_empty() {
+        Vec::new()
+    } else {
+        let through: Vec<FdHolder> = look
+            .fd_holders(dev, ino)
+            .0
+            .into_iter()
+            .filter(|h| h.caller <= 0 || !heads.contains(&h.caller))
+            .collect();
+        holders(through, &outside.iter().collect::<Vec<_>>())
+    };
     let any = |state| slots.iter().any(|s| s.state == state);
-    let state = if any(State::Held) {
+    let state = if any(State::Held) || !outside.is_empty() {
         State::Held
     } else if any(State::Unknown) {
         State::Unknown
@@ -37,9 +81,6 @@ pub fn inspect_slots(
     };
     // Waiters queue on LOCKFILE itself; the head of the queue waits on
     // every slot at once, so it is counted once, from the queue.
-    let queued = platform::kernel_locks(platform::lock_id_at(path, dev, ino))
-        .map(|table| table.locks.iter().filter(|l| l.waiting).count())
-        .unwrap_or(0);
     let head = usize::from(slots.iter().all(|s| s.waiting > 0));
     Ok(Some(Report {
         state,
@@ -52,6 +93,7 @@ pub fn inspect_slots(
         waiting: queued + head,
         slots: Some(header.slots),
         slot_reports: Some(slots),
+        lockfile_holders: Some(lockfile_holders),
         ..Report::free(path.to_string_lossy().into_owned())
     }))
 }

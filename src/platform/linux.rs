@@ -251,6 +251,12 @@ pub fn pid_namespace() -> Option<u64> {
 /// subvolume stats with an anonymous device of its own, and an overlay can
 /// report a layer's. Bind mounts share the super block, so they agree.
 pub fn lock_id(file: &fs::File) -> Option<LockId> {
+    lock_id_in(file, &mut None)
+}
+
+/// [`lock_id`], reading /proc/self/mountinfo into `mounts` only if it is
+/// not there yet: a `--slots` lock's files are placed with one reading.
+fn lock_id_in(file: &fs::File, mounts: &mut Option<String>) -> Option<LockId> {
     use std::os::fd::AsRawFd;
     let info = fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd())).ok()?;
     let field = |name: &str| {
@@ -264,8 +270,10 @@ pub fn lock_id(file: &fs::File) -> Option<LockId> {
         Some(ino) => ino,
         None => file.metadata().ok()?.ino(),
     };
-    let mounts = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let (major, minor) = mounts.lines().find_map(|line| {
+    if mounts.is_none() {
+        *mounts = Some(fs::read_to_string("/proc/self/mountinfo").ok()?);
+    }
+    let (major, minor) = mounts.as_deref()?.lines().find_map(|line| {
         // `36 35 98:0 /mnt1 /mnt2 rw …`: mount id, parent id, MAJ:MIN.
         let mut words = line.split(' ');
         if words.next()?.parse::<u64>().ok()? != mount {
@@ -282,6 +290,11 @@ pub fn lock_id(file: &fs::File) -> Option<LockId> {
 /// FIFO or device opened for real) and checked to be the file `dev` and
 /// `ino` name; stat()'s id when /proc cannot say better.
 pub fn lock_id_at(path: &Path, dev: u64, ino: u64) -> LockId {
+    lock_id_at_in(path, dev, ino, &mut None)
+}
+
+/// [`lock_id_at`] with the mount table kept in `mounts` between calls.
+pub fn lock_id_at_in(path: &Path, dev: u64, ino: u64, mounts: &mut Option<String>) -> LockId {
     use rustix::fs::{Mode, OFlags};
     let opened = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
         .map(fs::File::from)
@@ -291,7 +304,7 @@ pub fn lock_id_at(path: &Path, dev: u64, ino: u64) -> LockId {
                 .is_ok_and(|meta| meta.dev() == dev && meta.ino() == ino)
         });
     opened
-        .and_then(|file| lock_id(&file))
+        .and_then(|file| lock_id_in(&file, mounts))
         .unwrap_or_else(|| stat_lock_id(dev, ino))
 }
 
@@ -306,7 +319,7 @@ pub fn stat_lock_id(dev: u64, ino: u64) -> LockId {
 }
 
 /// The kernel's locks on one file, and how the table was read.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LockTable {
     pub locks: Vec<KernelLock>,
     /// Every reading of the table took more than one read(2): entries can
@@ -325,23 +338,37 @@ pub struct LockTable {
 /// therefore read again, and the caller is told (`torn`) so that it can
 /// ask the descriptors themselves before it answers "free".
 pub fn kernel_locks(id: LockId) -> io::Result<LockTable> {
-    let mut table = LockTable::default();
+    let mut tables = kernel_locks_of(&[id])?;
+    Ok(tables.pop().unwrap_or_default())
+}
+
+/// [`kernel_locks`] for several files from the same reading of the table:
+/// one table per id, in the order given. `holder` on a `--slots` lock
+/// asks for every slot file at once, so that 1024 slots cost one reading
+/// of /proc/locks, not 1024 (issue 26 item 14). Read again, up to three
+/// times, only while every reading was torn and none of the files shows
+/// a holder.
+pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
+    let mut tables: Vec<LockTable> = ids.iter().map(|_| LockTable::default()).collect();
     let mut buf = Vec::new();
     for _ in 0..3 {
         let reads = read_whole("/proc/locks", &mut buf)?;
         let text = String::from_utf8_lossy(&buf);
-        table.locks = text
-            .lines()
-            .filter_map(parse_lock_line)
-            .filter(|l| l.id == id)
-            .map(|l| l.lock)
-            .collect();
-        table.torn = reads > 1;
-        if !table.torn || table.locks.iter().any(|l| !l.waiting) {
+        for table in &mut tables {
+            table.locks.clear();
+            table.torn = reads > 1;
+        }
+        for line in text.lines().filter_map(parse_lock_line) {
+            for (table, _) in tables.iter_mut().zip(ids).filter(|(_, id)| **id == line.id) {
+                table.locks.push(line.lock.clone());
+            }
+        }
+        let any_holder = tables.iter().any(|t| t.locks.iter().any(|l| !l.waiting));
+        if reads <= 1 || any_holder {
             break;
         }
     }
-    Ok(table)
+    Ok(tables)
 }
 
 /// Reads a /proc file whole into `buf` with as few read(2) calls as it
@@ -387,11 +414,25 @@ fn read_whole(path: &str, buf: &mut Vec<u8>) -> io::Result<usize> {
 /// pid there at all. Returns whether every process could be looked at
 /// (another user's fds need root).
 pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
-    let mut holders = Vec::new();
+    let (mut found, complete) = fd_holders_of(&[(dev, ino)]);
+    (found.pop().unwrap_or_default(), complete)
+}
+
+/// [`fd_holders`] for several files (stat's `dev`, `ino`) in one scan of
+/// every process: one list per file, in the order given. A `--slots`
+/// lock's files are looked at together, so that `holder` scans the
+/// processes once whatever the number of slots (issue 26 item 14).
+pub fn fd_holders_of(files: &[(u64, u64)]) -> (Vec<Vec<FdHolder>>, bool) {
+    let mut holders: Vec<Vec<FdHolder>> = files.iter().map(|_| Vec::new()).collect();
     let mut complete = true;
     let Ok(procs) = fs::read_dir("/proc") else {
         return (holders, false);
     };
+    let index: std::collections::HashMap<(u64, u64), usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, &file)| (file, i))
+        .collect();
     for entry in procs.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -400,17 +441,17 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
         else {
             continue;
         };
-        match process_locks(pid, dev, ino) {
+        match process_locks_of(pid, &index) {
             Ok(locks) => {
-                for lock in locks {
+                for (i, lock) in locks {
                     let holder = FdHolder {
                         pid,
                         mode: lock.mode,
                         caller: lock.pid,
                         span: lock.span,
                     };
-                    if !holders.contains(&holder) {
-                        holders.push(holder);
+                    if !holders[i].contains(&holder) {
+                        holders[i].push(holder);
                     }
                 }
             }
@@ -418,7 +459,9 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
             Err(_) => {}
         }
     }
-    holders.sort_by_key(|h| h.pid);
+    for list in &mut holders {
+        list.sort_by_key(|h| h.pid);
+    }
     (holders, complete)
 }
 
@@ -446,6 +489,20 @@ pub fn process_locks_on(pid: i32, dev: u64, ino: u64) -> Option<Vec<KernelLock>>
 
 /// The locks one process holds on the file through its descriptors.
 fn process_locks(pid: i32, dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
+    let index = std::collections::HashMap::from([((dev, ino), 0)]);
+    Ok(process_locks_of(pid, &index)?
+        .into_iter()
+        .map(|(_, lock)| lock)
+        .collect())
+}
+
+/// The locks one process holds through its descriptors on any of the
+/// files `index` maps (stat's `dev`, `ino`) to a position; each with the
+/// position of its file.
+fn process_locks_of(
+    pid: i32,
+    index: &std::collections::HashMap<(u64, u64), usize>,
+) -> io::Result<Vec<(usize, KernelLock)>> {
     let mut found = Vec::new();
     for fd in fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
         // A stat through the fd link is one syscall; only files that match
@@ -454,9 +511,9 @@ fn process_locks(pid: i32, dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
         let Ok(meta) = fs::metadata(fd.path()) else {
             continue;
         };
-        if meta.dev() != dev || meta.ino() != ino {
+        let Some(&i) = index.get(&(meta.dev(), meta.ino())) else {
             continue;
-        }
+        };
         let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
         let Ok(info) = fs::read_to_string(info) else {
             continue;
@@ -466,7 +523,7 @@ fn process_locks(pid: i32, dev: u64, ino: u64) -> io::Result<Vec<KernelLock>> {
                 .filter_map(|line| line.strip_prefix("lock:"))
                 .filter_map(parse_lock_line)
                 .filter(|l| !l.lock.waiting)
-                .map(|l| l.lock),
+                .map(|l| (i, l.lock)),
         );
     }
     Ok(found)

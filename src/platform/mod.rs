@@ -18,11 +18,15 @@ pub use other::*;
 
 mod files;
 mod helpers;
+#[cfg(target_os = "linux")]
+mod keeper;
 mod process;
 mod spawn;
 mod threads;
 pub use files::{NotRead, file_kind, open_regular, read_regular};
 pub use helpers::{ANSWERED, Bell, Helpers};
+#[cfg(target_os = "linux")]
+pub use keeper::Keeper;
 pub use process::{Target, group_kept_with_command, leave_command_group, stop_all, wait_exited};
 pub use spawn::{CommandLine, die_with_parent, start_command};
 pub use threads::{

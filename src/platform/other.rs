@@ -241,6 +241,9 @@ pub fn lock_id(_file: &std::fs::File) -> Option<LockId> {
 pub fn lock_id_at(_path: &Path, dev: u64, ino: u64) -> LockId {
     stat_lock_id(dev, ino)
 }
+pub fn lock_id_at_in(_path: &Path, dev: u64, ino: u64, _mounts: &mut Option<String>) -> LockId {
+    stat_lock_id(dev, ino)
+}
 pub fn stat_lock_id(dev: u64, ino: u64) -> LockId {
     LockId {
         major: dev,
@@ -248,7 +251,7 @@ pub fn stat_lock_id(dev: u64, ino: u64) -> LockId {
         ino,
     }
 }
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LockTable {
     pub locks: Vec<KernelLock>,
     pub torn: bool,
@@ -261,6 +264,9 @@ pub fn kernel_locks(_id: LockId) -> io::Result<LockTable> {
         "this system has no kernel lock table lockrun can read \
          (`lockrun check --probe` tries the lock instead)",
     ))
+}
+pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
+    ids.iter().map(|&id| kernel_locks(id)).collect()
 }
 pub fn fd_holders(_dev: u64, _ino: u64) -> (Vec<FdHolder>, bool) {
     (Vec::new(), false)
@@ -277,6 +283,9 @@ pub fn adopt_orphans() -> bool {
 pub fn wait_reaping_orphans(_command: i32) -> bool {
     // adopt_orphans never succeeds here: there are no orphans to reap.
     false
+}
+pub fn fd_holders_of(files: &[(u64, u64)]) -> (Vec<Vec<FdHolder>>, bool) {
+    (files.iter().map(|_| Vec::new()).collect(), false)
 }
 pub fn process_holds(_pid: i32, _dev: u64, _ino: u64) -> Option<bool> {
     None
@@ -331,4 +340,17 @@ pub fn keeping_errno(work: impl FnOnce()) {
         // SAFETY: see above.
         unsafe { *errno = saved };
     }
+}
+
+/// No keeper elsewhere: a stopped head of a --slots queue keeps it.
+pub struct Keeper;
+impl Keeper {
+    pub fn start(_queue: std::os::fd::BorrowedFd<'_>) -> io::Result<Keeper> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+/// The same shape as Linux's, whose drop ends the keeper: callers drop it
+/// to say when the keeping stops.
+impl Drop for Keeper {
+    fn drop(&mut self) {}
 }

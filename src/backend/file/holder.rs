@@ -20,7 +20,21 @@ use crate::record::{self, Record};
 /// processes' descriptors, never the kernel's lock table or the inspection
 /// code: this runs for the live status line, every few seconds.
 pub fn held_by(lock: &LockFile) -> Option<String> {
-    match confirmed(lock, &current_record(lock)?) {
+    held_by_file(lock.file(), lock.identity(), lock.kind())
+}
+
+/// [`held_by`] for a lock file that this process has not opened to lock:
+/// opened to read (never created, never a FIFO), as `holder` opens one;
+/// a flock(2) lock on the whole file, as a slot's is.
+pub fn held_by_path(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let file = super::lock::open_to_read(path).ok()??;
+    let meta = file.metadata().ok()?;
+    held_by_file(&file, (meta.dev(), meta.ino()), LockKind::Flock)
+}
+
+fn held_by_file(file: &std::fs::File, identity: (u64, u64), kind: LockKind) -> Option<String> {
+    match confirmed(&current_record(file)?, identity, kind) {
         Confirmed::Holds(holder) => Some(holder),
         Confirmed::CannotTell(_) | Confirmed::Gone | Confirmed::NotHolding => None,
     }
@@ -39,8 +53,10 @@ pub fn held_by(lock: &LockFile) -> Option<String> {
 /// where the kernel names it.
 pub fn conflict_held(lock: &LockFile, mode: LockMode, label: &str) -> String {
     let ask = holder_command(lock, label);
-    let record = current_record(lock);
-    let verdict = record.as_ref().map(|r| confirmed(lock, r));
+    let record = current_record(lock.file());
+    let verdict = record
+        .as_ref()
+        .map(|r| confirmed(r, lock.identity(), lock.kind()));
     let unconfirmed = match verdict {
         Some(Confirmed::Holds(holder)) => return format!("by {holder}"),
         Some(Confirmed::CannotTell(holder)) => Some(format!(
@@ -269,8 +285,8 @@ fn holder_command(lock: &LockFile, label: &str) -> String {
     }
 }
 
-fn current_record(lock: &LockFile) -> Option<Record> {
-    Record::parse(&record::read_content(lock.file()).ok()?)
+fn current_record(file: &std::fs::File) -> Option<Record> {
+    Record::parse(&record::read_content(file).ok()?)
 }
 
 enum Confirmed {
@@ -288,7 +304,7 @@ enum Confirmed {
     NotHolding,
 }
 
-fn confirmed(lock: &LockFile, record: &Record) -> Confirmed {
+fn confirmed(record: &Record, (dev, ino): (u64, u64), ours: LockKind) -> Confirmed {
     if record.is_released() {
         return Confirmed::Gone;
     }
@@ -298,9 +314,6 @@ fn confirmed(lock: &LockFile, record: &Record) -> Confirmed {
         Liveness::CannotTell => return Confirmed::CannotTell(summary()),
         Liveness::Alive => {}
     }
-    // The identity taken when the file was opened: no stat needed.
-    let (dev, ino) = lock.identity();
-    let ours = lock.kind();
     let mut unknown = false;
     for pid in [record.pid, record.lockrun_pid].into_iter().flatten() {
         let Ok(pid) = i32::try_from(pid) else {

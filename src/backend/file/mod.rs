@@ -42,6 +42,11 @@ pub struct FileBackend {
     verbose: bool,
     /// A lent descriptor's number, which flock(1) names in its messages.
     lent_fd: Option<String>,
+    /// The lock file's content, read once the lock was taken (to see
+    /// whether it is used with --slots): the record's rules need it too.
+    content: Option<Vec<u8>>,
+    /// The status of a refusal (64: LOCKFILE is used with --slots).
+    refused: Option<u8>,
 }
 
 impl FileBackend {
@@ -56,6 +61,8 @@ impl FileBackend {
             spec: opts.spec,
             verbose: opts.verbose,
             lent_fd: None,
+            content: None,
+            refused: None,
         })
     }
 
@@ -70,6 +77,8 @@ impl FileBackend {
             spec: LockSpec::default(),
             verbose: false,
             lent_fd: Some(fd),
+            content: None,
+            refused: None,
         }
     }
 
@@ -84,11 +93,45 @@ impl FileBackend {
             spec: LockSpec::default(),
             verbose,
             lent_fd: None,
+            content: None,
+            refused: None,
         }
     }
 
     pub fn lock(&self) -> &LockFile {
         &self.lock
+    }
+
+    /// CONTRACT §13: a lockrun without --slots on a LOCKFILE used with
+    /// --slots N never runs beside the slots' holders, who hold the slot
+    /// files and not LOCKFILE. Told by the number of slots that --slots
+    /// keeps in LOCKFILE: read only where it costs nothing measurable,
+    /// once the lock is taken (the record's rules read the content then
+    /// anyway, and reuse this reading) or when the lock is busy. A lent
+    /// descriptor (`--fd`, fd mode) and `-u` are flock(1)'s forms and are
+    /// not looked at.
+    fn refuse_if_slots(&mut self, holding: bool) -> Result<(), Failure> {
+        if self.path.is_none() || self.lock.is_dir || self.lock.kind() == lock::LockKind::Nothing {
+            return Ok(());
+        }
+        // Unreadable content is the record's business (no record), never
+        // a reason to refuse the lock.
+        let Ok(content) = record::read_content(self.lock.file()) else {
+            return Ok(());
+        };
+        let header = record::SlotsHeader::parse(&content);
+        if holding {
+            self.content = Some(content);
+        }
+        let Some(header) = header else {
+            return Ok(());
+        };
+        if holding {
+            let _ = self.lock.unlock();
+        }
+        let failure = slots::plain_refused(self.lock.path(), &self.label, &header);
+        self.refused = Some(failure.status);
+        Err(failure)
     }
 }
 
@@ -130,7 +173,14 @@ impl FileBackend {
 impl Contender for FileBackend {
     fn try_acquire(&mut self) -> Result<bool, Failure> {
         let first = self.lock.try_lock(self.mode);
-        self.read_write_retry(first, LockFile::try_lock)
+        let got = self.read_write_retry(first, LockFile::try_lock)?;
+        if !got {
+            // Busy: perhaps the head of a --slots queue. Refused at once
+            // rather than after a wait (and checked again, once taken, in
+            // `confirm`).
+            self.refuse_if_slots(false)?;
+        }
+        Ok(got)
     }
 
     fn blocking(&mut self) -> Result<Blocking, Failure> {
@@ -165,6 +215,7 @@ impl Contender for FileBackend {
             return Ok(true);
         };
         if self.lock.is_at(path) {
+            self.refuse_if_slots(true)?;
             return Ok(true);
         }
         if self.verbose {
@@ -206,7 +257,8 @@ impl Backend for FileBackend {
     };
 
     fn failure_status(&self) -> u8 {
-        persona::lock_failed(exit_codes::OS_ERROR)
+        self.refused
+            .unwrap_or_else(|| persona::lock_failed(exit_codes::OS_ERROR))
     }
 
     fn give_up(self) {}
@@ -214,7 +266,7 @@ impl Backend for FileBackend {
     fn acquired(self, record: Option<&Record>, verbose: bool) -> Result<FileHeld, Failure> {
         let record_file = match record {
             None => None,
-            Some(_) => match may_write(&self.lock) {
+            Some(_) => match may_write_known(&self.lock, self.content) {
                 Ok(file) => Some(file),
                 Err(reason) => {
                     if verbose {
@@ -245,6 +297,12 @@ impl Backend for FileBackend {
 /// lockrun can change the content under us. Returns the descriptor to write
 /// the record through.
 pub(crate) fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
+    may_write_known(lock, None)
+}
+
+/// [`may_write`], with the content when it was read since the lock was
+/// taken.
+fn may_write_known(lock: &LockFile, content: Option<Vec<u8>>) -> Result<std::fs::File, NoRecord> {
     if lock.is_dir {
         return Err(NoRecord::Directory);
     }
@@ -258,7 +316,10 @@ pub(crate) fn may_write(lock: &LockFile) -> Result<std::fs::File, NoRecord> {
     if lock.hard_links > 1 {
         return Err(NoRecord::HardLinks);
     }
-    let content = record::read_content(lock.file()).map_err(|_| NoRecord::Unreadable)?;
+    let content = match content {
+        Some(content) => content,
+        None => record::read_content(lock.file()).map_err(|_| NoRecord::Unreadable)?,
+    };
     if !content.is_empty() && Record::parse(&content).is_none() {
         return Err(NoRecord::ForeignContent);
     }

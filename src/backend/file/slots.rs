@@ -32,6 +32,15 @@
 //! Slot files opened for an N that turns out to disagree are left behind
 //! empty, as every lock file is.
 //!
+//! A head that is stopped (SIGSTOP, Ctrl-Z) keeps the queue lock, and
+//! nothing it runs can let go while it is stopped: it leaves a keeper
+//! process beside it for the wait (`platform::Keeper`), which lets go of
+//! the queue for it when it sees it stopped.
+//!
+//! A lockrun without `--slots` on LOCKFILE would hold only the queue, and
+//! run beside the slots' holders: it sees the header and is refused
+//! ([`plain_refused`], called from the plain file backend).
+//!
 //! A contender that will not wait (`-n`, `-w 0`) and finds the queue taken
 //! tries the slots directly: a waiter at the head of the queue holds it
 //! for as long as all slots are full, and `-n` must answer from the slots,
@@ -165,31 +174,70 @@ fn same_n(header: &SlotsHeader, n: u16, label: &str) -> Result<(), Failure> {
     if header.slots == n {
         return Ok(());
     }
-    let who = match &header.set_by {
-        Some(set_by) => {
-            let mut who = format!(
-                "lockrun pid {} `{}`",
-                set_by.lockrun_pid.unwrap_or(0),
-                display::record_command(set_by)
-            );
-            if let Some(host) = &set_by.host {
-                who.push_str(&format!(" on {}", display::escape(host)));
-            }
-            if let Some(at) = set_by.acquired_at.as_deref().and_then(display::parse_time) {
-                who.push_str(&format!(" at {}", display::date_time(at)));
-            }
-            who
-        }
-        None => "an unknown process".to_owned(),
-    };
     Err(Failure::new(
         exit_codes::USAGE,
         format!(
-            "{label} is used with --slots {} (set by {who}), not --slots {n}: \
+            "{label} is used with --slots {} (set by {}), not --slots {n}: \
              every contender must give the same number",
-            header.slots
+            header.slots,
+            set_by(header)
         ),
     ))
+}
+
+/// Who wrote N into LOCKFILE, as its header says.
+fn set_by(header: &SlotsHeader) -> String {
+    let Some(set_by) = &header.set_by else {
+        return "an unknown process".to_owned();
+    };
+    let mut who = format!(
+        "lockrun pid {} `{}`",
+        set_by.lockrun_pid.unwrap_or(0),
+        display::record_command(set_by)
+    );
+    if let Some(host) = &set_by.host {
+        who.push_str(&format!(" on {}", display::escape(host)));
+    }
+    if let Some(at) = set_by.acquired_at.as_deref().and_then(display::parse_time) {
+        who.push_str(&format!(" at {}", display::date_time(at)));
+    }
+    who
+}
+
+/// A lockrun without `--slots` on a LOCKFILE used with `--slots N`: its
+/// lock on LOCKFILE excludes none of the slot holders, who hold the slot
+/// files, so it would run beside them. Refused as a usage error (64), as
+/// on lock URLs, naming N and the slots' holders (read from the slot files
+/// without creating any: a refusal must leave nothing behind).
+pub fn plain_refused(path: &std::path::Path, label: &str, header: &SlotsHeader) -> Failure {
+    let held: Vec<String> = (1..=header.slots)
+        .filter_map(|k| {
+            let holder = super::holder::held_by_path(&record::slot_path(path, k))?;
+            Some(format!("slot {k}: {holder}"))
+        })
+        .collect();
+    let now = if held.is_empty() {
+        "no slot is held now".to_owned()
+    } else {
+        format!(
+            "held now by {} (one per slot: {})",
+            match held.len() {
+                1 => "1 command".to_owned(),
+                n => format!("{n} commands"),
+            },
+            held.join("; ")
+        )
+    };
+    Failure::new(
+        exit_codes::USAGE,
+        format!(
+            "{label} is used with --slots {} (set by {}; {now}): a lock without --slots \
+             would run beside the slots' holders. Give --slots {} as they do, or use another lock file",
+            header.slots,
+            set_by(header),
+            header.slots
+        ),
+    )
 }
 
 impl Inner {
@@ -210,6 +258,15 @@ impl Inner {
             .map_err(|e| self.os_error(&self.queue, "cannot read", &e))?;
         if let Some(header) = SlotsHeader::parse(&content) {
             return same_n(&header, self.n, &self.label).map_err(|f| self.refused(f));
+        }
+        // LOCKFILE replaced (or deleted) since we opened it, before anyone
+        // wrote N into it: ours is no longer the queue, and writing to the
+        // path would write into someone else's file. Not a refusal: take a
+        // slot through the old files as they are, and `confirm` then finds
+        // the queue moved, lets go and contends again through the file now
+        // at that path, which checks or writes N (issue 26 item 15).
+        if !self.queue.is_at(self.queue.path()) {
+            return Ok(());
         }
         let file = super::may_write(&self.queue).map_err(|reason| {
             self.refused(Failure::new(
@@ -263,7 +320,17 @@ impl Inner {
             .map_err(|e| self.os_error(&self.queue, "cannot lock", &e))?;
         let result = match self.at_head() {
             Ok(true) => Ok(()),
-            Ok(false) => self.wait_any(interruptible).map(|slot| self.choose(slot)),
+            Ok(false) => {
+                // Lets go of the queue for us if we are stopped while we
+                // wait (issue 26 item 6). Without one (fork failed), a
+                // stopped head keeps the queue, as it did before.
+                let keeper =
+                    crate::platform::Keeper::start(std::os::fd::AsFd::as_fd(self.queue.file()))
+                        .ok();
+                let got = self.wait_any(interruptible).map(|slot| self.choose(slot));
+                drop(keeper);
+                got
+            }
             Err(failure) => Err(failure),
         };
         // Next in the queue: the slots are its to contend for now.
@@ -456,12 +523,44 @@ impl Contender for SlotsBackend {
     }
 
     fn conflict_holder(&mut self) -> String {
-        self.holder().unwrap_or_else(|| {
-            format!(
-                "{} commands, one per slot (`lockrun holder {}` names them)",
-                self.inner.n, self.inner.label
-            )
-        })
+        if let Some(holders) = self.holder() {
+            return holders;
+        }
+        // No slot's record names a holder. The slots may still be full
+        // (flock(1) on the slot files, another user's holders), or they
+        // are free and LOCKFILE itself is held outside them (flock(1), a
+        // stopped or plain contender): look without waiting, letting go at
+        // once of anything got, rather than claim N holders that are not
+        // there.
+        let inner = &self.inner;
+        let ask = format!("`lockrun holder {}` names", inner.label);
+        let queue_held = match inner.queue.try_lock(LockMode::Exclusive) {
+            Ok(true) => {
+                let _ = inner.queue.unlock();
+                false
+            }
+            Ok(false) => true,
+            Err(_) => false,
+        };
+        let free_slot = queue_held
+            && inner
+                .slots
+                .iter()
+                .any(|slot| match slot.try_lock(LockMode::Exclusive) {
+                    Ok(true) => {
+                        let _ = slot.unlock();
+                        true
+                    }
+                    _ => false,
+                });
+        if free_slot {
+            return format!(
+                "a process holding {} itself, outside the slots, while a slot is free \
+                 (waiters queue behind it; {ask} it)",
+                inner.label
+            );
+        }
+        format!("{} commands, one per slot ({ask} them)", inner.n)
     }
 }
 
