@@ -36,7 +36,8 @@ flock [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
 const EXAMPLES: &str = "\
 Examples:
   lockrun -w 10s /var/lock/backup.lock -- backup.sh --full
-  */5 * * * * lockrun -n -q /var/lock/sync.lock sync.sh      (crontab)
+  crontab (full paths: cron's PATH is /usr/bin:/bin):
+  */5 * * * * /usr/bin/lockrun -n -q /var/lock/sync.lock /usr/local/bin/sync.sh
   ( lockrun -n 9 || exit 1; critical-section ) 9>/var/lock/x.lock
   lockrun holder /var/lock/backup.lock";
 

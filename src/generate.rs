@@ -433,7 +433,7 @@ runs, and quietly (cron runs with PATH=/usr/bin:/bin, hence the full path):
 .PP
 .RS
 .EX
-*/5 * * * * /usr/bin/lockrun \\-n \\-q /run/lock/sync.lock sync.sh
+*/5 * * * * /usr/bin/lockrun \\-n \\-q /run/lock/sync.lock /usr/local/bin/sync.sh
 .EE
 .RE
 .PP
