@@ -1919,6 +1919,64 @@ fn sigkill_of_a_slot_holder_frees_its_slot() {
     release_all(holders);
 }
 
+/// Issue 26 item 6 on PostgreSQL: a waiter stopped (SIGSTOP, Ctrl-Z) at
+/// the head of a --slots queue must not keep the waiters behind it from a
+/// free slot. The head's session is ended by the server once it has been
+/// idle far longer than a running head ever is; continued, the stopped
+/// head says why it gave up and runs nothing.
+#[test]
+fn a_stopped_head_of_the_slots_queue_does_not_keep_the_queue() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("stopped-head");
+    let mut holders = fill_slots(&url, 2, 2);
+    let mut cmd = std_lockrun();
+    cmd.args(["--slots", "2", &url, "sh", "-c", "echo ready head"])
+        .stderr(Stdio::piped());
+    let mut head = Background::spawn(cmd);
+    wait_for("the waiter to head the queue", || {
+        pg.holders("stopped-head") == 1
+    });
+    let mut cmd = std_lockrun();
+    cmd.args([
+        "--slots",
+        "2",
+        &url,
+        "sh",
+        "-c",
+        "echo ready behind $LOCKRUN_SLOT",
+    ]);
+    let behind = Background::spawn(cmd);
+    kill(head.pid(), "STOP");
+    wait_for("the head to be stopped", || {
+        process_state(head.pid()) == Some('T')
+    });
+    let (freed, slot, _) = holders.remove(0);
+    let mut freed = freed;
+    freed.release();
+    assert!(freed.wait_exit(BOUND).success());
+    // The server ends the stopped head's session after 10 s idle.
+    assert_eq!(behind.expect_ready(), ["behind".to_owned(), slot]);
+    kill(head.pid(), "CONT");
+    let status = head.wait_exit(BOUND);
+    let mut err = String::new();
+    if let Some(mut e) = head.child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    assert_eq!(status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("was stopped (SIGSTOP, Ctrl-Z) while first in the queue"),
+        "{err}"
+    );
+    assert_eq!(
+        head.line(Duration::from_millis(1)),
+        None,
+        "the stopped head ran"
+    );
+    drop(behind);
+    release_all(holders);
+}
+
 #[test]
 fn a_release_wakes_the_head_at_once_and_the_queue_moves_up() {
     let Some(pg) = shared() else { return };

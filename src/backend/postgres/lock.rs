@@ -653,6 +653,12 @@ struct HeadWait {
     head: bool,
     chosen: Arc<Mutex<Option<(u16, i64)>>>,
     stop: Arc<AtomicBool>,
+    /// Set when the head finds it did not run for as long as the server
+    /// lets its session stay idle (it was stopped): the server has ended
+    /// the session, and the error that follows says "connection closed".
+    paused: Arc<AtomicBool>,
+    /// When the head last ran: a moment before each wait on the server.
+    alive_at: std::cell::Cell<Instant>,
 }
 
 /// How often a sleeping head looks at its stop flag.
@@ -662,6 +668,24 @@ impl HeadWait {
     /// The fencing token of the slot taken; `Ok(None)`: stopped before a
     /// slot was free.
     fn run(self, client: &mut Client) -> Result<Option<i64>, postgres::Error> {
+        let result = self.wait_for_a_slot(client);
+        if result.is_err() {
+            self.note_a_pause();
+        }
+        result
+    }
+
+    /// Whether the head did not run for most of the idle limit since it
+    /// last looked (its last statement may have been up to RECHECK before
+    /// it stopped): the monotonic clock goes on while a process is
+    /// stopped, and a running head never goes that long.
+    fn note_a_pause(&self) {
+        if self.alive_at.get().elapsed() >= slots::HEAD_IDLE_LIMIT / 2 {
+            self.paused.store(true, SeqCst);
+        }
+    }
+
+    fn wait_for_a_slot(&self, client: &mut Client) -> Result<Option<i64>, postgres::Error> {
         // Listening before the first look (LISTEN takes effect when its
         // transaction commits, before the look): a release after that look
         // cannot be missed. In the queue first: the server wakes us when
@@ -671,7 +695,26 @@ impl HeadWait {
         } else {
             format!("{}SELECT pg_advisory_lock({}); ", self.comment, self.queue)
         };
-        client.simple_query(&format!("{queue}LISTEN \"{}\"", slots::channel(self.queue)))?;
+        // A head that is stopped (SIGSTOP, Ctrl-Z) must not keep the queue
+        // from the waiters behind it: while it runs it makes a statement at
+        // least every RECHECK, so the server ends its session once it has
+        // been idle far longer than that, which lets go of the queue (and
+        // of its N). The setting it had is put back once a slot is ours:
+        // the session then holds the slot, idle, for the whole command.
+        let answer = client.simple_query(&format!(
+            "{queue}{}; LISTEN \"{}\"",
+            slots::guard_idle_sql(),
+            slots::channel(self.queue)
+        ))?;
+        // By name: the queue's own statement answers a row before it.
+        let previous_idle = answer.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row
+                .try_get("lockrun_idle_was")
+                .ok()
+                .flatten()
+                .map(str::to_owned),
+            _ => None,
+        });
         let take = format!(
             "{}{}",
             self.comment,
@@ -688,6 +731,9 @@ impl HeadWait {
             if let Some(take) = first_value(&answer).and_then(|r| take_answer(&r))
                 && let (Some(slot), Some(token)) = (take.slot, take.token)
             {
+                if let Some(previous) = &previous_idle {
+                    client.simple_query(&slots::restore_idle_sql(previous))?;
+                }
                 *self.chosen.lock().unwrap_or_else(PoisonError::into_inner) = Some(slot);
                 return Ok(Some(token));
             }
@@ -705,6 +751,8 @@ impl HeadWait {
             if self.stop.load(SeqCst) {
                 return Ok(false);
             }
+            self.note_a_pause();
+            self.alive_at.set(Instant::now());
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(true);
@@ -810,7 +858,10 @@ impl Contender for PgBackend {
                 head: state.head,
                 chosen: Arc::clone(&state.chosen),
                 stop: Arc::clone(&state.stop),
+                paused: Arc::new(AtomicBool::new(false)),
+                alive_at: std::cell::Cell::new(Instant::now()),
             };
+            let paused = Arc::clone(&wait.paused);
             return Ok(Box::new(move || match wait.run(&mut client) {
                 Ok(None) => Err(unavailable(&label, "the wait was cancelled")),
                 Ok(Some(token)) => {
@@ -818,6 +869,15 @@ impl Contender for PgBackend {
                         Some((client, Some(token)));
                     Ok(())
                 }
+                Err(_) if paused.load(SeqCst) => Err(unavailable(
+                    &label,
+                    &format!(
+                        "lockrun was stopped (SIGSTOP, Ctrl-Z) while first in the queue for a \
+                         slot, so the server ended its session after {} idle to let the waiters \
+                         behind it go on; the command did not run: run it again",
+                        display::span(slots::HEAD_IDLE_LIMIT)
+                    ),
+                )),
                 Err(e) => Err(unavailable(&label, &cancelled_or(&e))),
             }));
         }

@@ -61,6 +61,32 @@ use std::time::Duration;
 /// holder) is noticed.
 pub const RECHECK: Duration = Duration::from_secs(1);
 
+/// How long the head of the queue may stay idle before the server ends
+/// its session: a head that runs makes a statement at least every
+/// [`RECHECK`], so only a stopped one (SIGSTOP, Ctrl-Z) reaches it, and
+/// its session's end lets go of the queue for the waiters behind it.
+pub const HEAD_IDLE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Sets `idle_session_timeout` (PostgreSQL 14 and later; older servers
+/// skip it, evaluating nothing) to [`HEAD_IDLE_LIMIT`], answering with the
+/// setting it had (one row, or none on an older server).
+pub fn guard_idle_sql() -> String {
+    format!(
+        "SELECT current_setting('idle_session_timeout') AS lockrun_idle_was, \
+         set_config('idle_session_timeout', '{}ms', false) \
+         WHERE current_setting('server_version_num')::int >= 140000",
+        HEAD_IDLE_LIMIT.as_millis()
+    )
+}
+
+/// Puts `idle_session_timeout` back as [`guard_idle_sql`] found it.
+pub fn restore_idle_sql(previous: &str) -> String {
+    format!(
+        "SELECT set_config('idle_session_timeout', {}, false)",
+        super::lock::literal(previous)
+    )
+}
+
 /// The SQL expression for slot `k`'s key (`k` an SQL expression).
 pub fn slot_key_sql(name: &str, k: &str) -> String {
     format!("hashtextextended({name}, {k})")
