@@ -77,7 +77,9 @@ impl Watchdog {
     /// child goes on in Rust, allocating). `None` if it could not be
     /// started: the run goes on with the command's parent-death signal
     /// alone, as before the watchdog existed.
-    pub fn start(label: &str, grace: Duration) -> Option<Watchdog> {
+    /// `label` and `grace_shown` are the lock and `--kill-grace` in the
+    /// words of lockrun's messages.
+    pub fn start(label: &str, grace: Duration, grace_shown: &str) -> Option<Watchdog> {
         let (ours, theirs) = pair().ok()?;
         let parent = std::process::id() as i32;
         // SAFETY: lockrun is single-threaded here (see above); the child
@@ -86,7 +88,7 @@ impl Watchdog {
             -1 => None,
             0 => {
                 drop(ours);
-                watch(theirs, parent, label, grace)
+                watch(theirs, parent, label, grace, grace_shown)
             }
             pid => {
                 drop(theirs);
@@ -241,7 +243,7 @@ fn receive(fd: &OwnedFd) -> io::Result<Option<(u32, i32, Option<OwnedFd>)>> {
 }
 
 /// The watchdog's whole life; never returns.
-fn watch(theirs: OwnedFd, lockrun: i32, label: &str, grace: Duration) -> ! {
+fn watch(theirs: OwnedFd, lockrun: i32, label: &str, grace: Duration, grace_shown: &str) -> ! {
     let theirs = settle(theirs);
     let mut command: Option<(i32, super::Target)> = None;
     // Kept open, never used: the lock's connection lives while we hold it.
@@ -261,8 +263,7 @@ fn watch(theirs: OwnedFd, lockrun: i32, label: &str, grace: Duration) -> ! {
         && !target.exited()
     {
         crate::say!(
-            "lockrun: the lockrun (pid {lockrun}) holding {label} died while its command (pid {pid}) ran; stopping the command and every process it started (SIGTERM, then SIGKILL after {}) before the lock is let go of where lockrun's connection allows it",
-            crate::display::span(grace)
+            "lockrun: the lockrun (pid {lockrun}) holding {label} died while its command (pid {pid}) ran; stopping the command and every process it started (SIGTERM, then SIGKILL after {grace_shown}) before the lock is let go of where lockrun's connection allows it"
         );
         stop_tree(pid, target, grace);
     }

@@ -27,7 +27,8 @@ fn run_url<B: crate::backend::Backend, U>(
     // theirs when they connect) and its signal dispositions are the
     // caller's: the process that stops the command if lockrun dies
     // (platform::watchdog). A fork, not paid by lock files.
-    let watchdog = crate::platform::Watchdog::start(&label, opts.settings.kill_grace);
+    let grace = opts.settings.kill_grace;
+    let watchdog = crate::platform::Watchdog::start(&label, grace, &display::span(grace));
     // Before the lease or session exists: a signal meanwhile must not
     // leave it behind.
     super::signals::install_for_command()?;
