@@ -2549,6 +2549,10 @@ fn item_8_a_terminated_session_is_noticed_at_once_not_at_the_next_check() {
     );
     let tree: Vec<i32> = words.iter().map(|w| w.parse().expect("pid")).collect();
     let backend = backend_of(&url);
+    // psql's own start and login, part of the figure below.
+    let baseline = std::time::Instant::now();
+    pg.psql("SELECT 1");
+    let psql_alone = baseline.elapsed();
     let terminated = std::time::Instant::now();
     assert_eq!(
         pg.psql(&format!("SELECT pg_terminate_backend({backend})")),
@@ -2561,7 +2565,9 @@ fn item_8_a_terminated_session_is_noticed_at_once_not_at_the_next_check() {
         Some("got TERM"),
         "the command was not stopped"
     );
-    eprintln!("item 8: pg_terminate_backend to the command's SIGTERM: {took:?}");
+    eprintln!(
+        "item 8: pg_terminate_backend to the command's SIGTERM: {took:?} (a psql SELECT 1 alone: {psql_alone:?})"
+    );
     let status = holder.wait_exit(BOUND);
     assert_eq!(status.code(), Some(76), "{status:?}");
     let stderr = stderr_of(&mut holder);
