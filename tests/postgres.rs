@@ -2573,7 +2573,7 @@ fn item_8_a_terminated_session_is_noticed_at_once_not_at_the_next_check() {
     let stderr = stderr_of(&mut holder);
     eprintln!("item 8: {stderr}");
     assert!(
-        stderr.contains("the server closed the connection"),
+        stderr.contains("the server closed the connection") && stderr.contains("57P01"),
         "{stderr}"
     );
     for pid in tree {

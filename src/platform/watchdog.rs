@@ -133,6 +133,22 @@ fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
         // SAFETY: sets a flag on a descriptor we own.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
     }
+    // No MSG_NOSIGNAL there: a write to a watchdog that died must not
+    // raise SIGPIPE in lockrun, whose SIGPIPE is the default.
+    #[cfg(target_os = "macos")]
+    {
+        let on: libc::c_int = 1;
+        // SAFETY: sets an int option on a socket we own.
+        unsafe {
+            libc::setsockopt(
+                pair.0.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NOSIGPIPE,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
     Ok(pair)
 }
 

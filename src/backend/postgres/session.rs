@@ -30,6 +30,7 @@
 use crate::backend::lost;
 use crate::sync::Shared as Guarded;
 use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, SimpleQueryMessage};
 use std::os::fd::OwnedFd;
 use std::thread::JoinHandle;
@@ -421,11 +422,20 @@ fn hang_up(shared: &'static Shared, socket: OwnedFd) {
     }
     // The server's own words (FATAL: terminating connection due to
     // administrator command) are in the socket already, when the client
-    // is idle here to read them; without blocking, the peer has closed.
+    // is idle here to read them: a read of what has come, bounded (the
+    // state's lock is held), never a round trip. Bounded rather than a
+    // single poll: the client's runtime learns that the socket is
+    // readable only by waiting on it.
     let why = state
         .client
         .as_mut()
-        .and_then(|client| client.check_connection().err())
+        .and_then(|client| {
+            client
+                .notifications()
+                .timeout_iter(Duration::from_millis(100))
+                .next()
+                .err()
+        })
         .map(|e| format!(": {}", super::connect::explain(&e)))
         .unwrap_or_default();
     state.lost = Some(format!(
