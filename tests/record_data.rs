@@ -231,11 +231,7 @@ fn fd_mode_hint_names_the_file_behind_the_descriptor() {
         .arg(&lock)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "fd mode's conflict status (CONTRACT §4)"
-    );
+    assert_eq!(out.status.code(), Some(1), "fd mode's conflict status (CONTRACT §4)");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("`lockrun holder {}`", lock.display())),
