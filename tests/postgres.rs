@@ -2519,3 +2519,172 @@ fn item_17_a_password_with_an_at_is_never_printed_and_ps_masks_it_with_a_fixed_w
         assert!(holder.wait_exit(BOUND).success());
     }
 }
+
+/// The server pid of the session holding `url`'s lock, as `holder` names it.
+fn backend_of(url: &str) -> i64 {
+    holder_json(url)["postgres"]["backend_pid"]
+        .as_i64()
+        .expect("backend pid")
+}
+
+/// Issue 29 item 11: SIGKILL of the lockrun holding a lock URL. The
+/// session ended with lockrun's connection and the next holder started at
+/// once, while the command's children (and a command ignoring SIGTERM)
+/// ran on. Now the watchdog stops the whole tree, and holds the
+/// connection until it has: the next holder's command cannot run beside a
+/// process of the old one. Counted through a shared file, not timed.
+#[test]
+fn item_11_sigkill_of_lockrun_stops_the_whole_command_tree_before_the_next_holder() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("item11");
+    let dir = temp_dir();
+    let log = dir.path().join("log");
+    let log = log.display();
+    // Every process of the tree ignores SIGTERM (inherited): only the
+    // SIGKILL after the grace ends them.
+    let (mut holder, words) = holding(
+        &["--kill-grace", "1s"],
+        &url,
+        &format!(
+            "trap '' TERM; (while :; do echo A >> {log}; sleep 0.02; done) & echo ready $$ $!; wait"
+        ),
+    );
+    let tree: Vec<i32> = words.iter().map(|w| w.parse().expect("pid")).collect();
+    // The writer has written: the old holder's tree is at work.
+    wait_for("the writer's first line", || {
+        std::fs::read_to_string(dir.path().join("log")).is_ok_and(|t| t.contains('A'))
+    });
+    let killed = std::time::Instant::now();
+    kill(holder.pid(), "KILL");
+    let _ = holder.wait_exit(BOUND);
+    let next = lockrun()
+        .args(["-w", "30", &url, "--", "sh", "-c"])
+        // Its own work takes a while (not a synchronisation): what the
+        // old tree writes meanwhile is an overlap.
+        .arg(format!("echo B >> {log}; sleep 0.5; echo E >> {log}"))
+        .output()
+        .expect("run the next holder");
+    // Right after the next holder's command ran: what of the old tree lives?
+    let alive: Vec<i32> = tree.iter().copied().filter(|&p| !process_gone(p)).collect();
+    for &pid in &alive {
+        kill(pid, "KILL");
+    }
+    // Once the tree is gone: its processes hold the dead lockrun's stderr.
+    let stderr = stderr_of(&mut holder);
+    let text = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+    let after_b = text
+        .lines()
+        .skip_while(|l| *l != "B")
+        .take_while(|l| *l != "E")
+        .filter(|l| *l == "A")
+        .count();
+    eprintln!(
+        "item 11: old tree alive after the next holder: {alive:?}; old writes after the next holder's: {after_b}; SIGKILL to the next holder's end (its 0.5 s of work included): {:?}",
+        killed.elapsed()
+    );
+    assert!(next.status.success(), "{next:?}");
+    assert!(text.lines().any(|l| l == "B"), "{text}");
+    assert!(
+        alive.is_empty() && after_b == 0,
+        "the old command's tree ran beside the next holder: alive {alive:?}, {after_b} writes after its start; the dead lockrun's stderr: {stderr}"
+    );
+    assert!(stderr.contains("died while its command"), "{stderr}");
+}
+
+/// Issue 29 item 8: `pg_terminate_backend` of the holder's session. The
+/// server says so at once (a FATAL message, then it closes the
+/// connection), but lockrun noticed only at its next check, TTL/3 later:
+/// two holders meanwhile. With a TTL of an hour that check is 20 minutes
+/// away, so an exit within the bound is the hang-up's doing.
+#[test]
+fn item_8_a_terminated_session_is_noticed_at_once_not_at_the_next_check() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("item8");
+    let (mut holder, words) = holding(
+        &["--ttl", "1h", "--kill-grace", "1s"],
+        &url,
+        "trap 'echo got TERM; exit 0' TERM; sleep 1000 & echo ready $$ $!; wait",
+    );
+    let tree: Vec<i32> = words.iter().map(|w| w.parse().expect("pid")).collect();
+    let backend = backend_of(&url);
+    // psql's own start and login, part of the figure below.
+    let baseline = std::time::Instant::now();
+    pg.psql("SELECT 1");
+    let psql_alone = baseline.elapsed();
+    let terminated = std::time::Instant::now();
+    assert_eq!(
+        pg.psql(&format!("SELECT pg_terminate_backend({backend})")),
+        "t"
+    );
+    let line = holder.line(BOUND);
+    let took = terminated.elapsed();
+    assert_eq!(
+        line.as_deref(),
+        Some("got TERM"),
+        "the command was not stopped"
+    );
+    eprintln!(
+        "item 8: pg_terminate_backend to the command's SIGTERM: {took:?} (a psql SELECT 1 alone: {psql_alone:?})"
+    );
+    let status = holder.wait_exit(BOUND);
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    let stderr = stderr_of(&mut holder);
+    eprintln!("item 8: {stderr}");
+    assert!(
+        stderr.contains("the server closed the connection") && stderr.contains("57P01"),
+        "{stderr}"
+    );
+    for pid in tree {
+        assert!(
+            process_gone(pid),
+            "pid {pid} of the command's tree lives on"
+        );
+    }
+}
+
+/// Issue 29 item 9: lockrun itself paused (SIGSTOP) past the TTL while
+/// its command runs. The server kept the session (its kernel answered the
+/// keepalives), but on waking lockrun found no confirmation for a whole
+/// TTL and killed the command, blaming the server or the network. Now it
+/// asks the server first: the command is left alone and the run's status
+/// is the command's.
+#[test]
+fn item_9_a_lockrun_paused_past_the_ttl_asks_the_server_before_calling_the_lock_lost() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("item9");
+    let dir = temp_dir();
+    let go = dir.path().join("go");
+    let (mut holder, _) = holding(
+        &["--ttl", "1s", "--kill-grace", "1s"],
+        &url,
+        &format!(
+            "trap 'echo got TERM; exit 0' TERM; echo ready; while [ ! -e {} ]; do sleep 0.02; done; exit 7",
+            go.display()
+        ),
+    );
+    let backend = backend_of(&url);
+    let lockrun_pid = holder.pid();
+    kill(lockrun_pid, "STOP");
+    let paused = Stopped(i64::from(lockrun_pid));
+    // While lockrun cannot send anything: the server's clock, so that a
+    // check it answers later is known to come after the pause.
+    let before = pg.psql("SELECT now()");
+    // The fault itself: 2.5 TTLs without lockrun running.
+    std::thread::sleep(Duration::from_millis(2500));
+    drop(paused);
+    // Resumed: a check after the pause, answered (the session idle again).
+    wait_for("a check answered after the pause", || {
+        holder.has_exited()
+            || pg.psql(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = {backend} \
+             AND state = 'idle' AND query_start > '{before}'::timestamptz"
+            )) == "1"
+    });
+    std::fs::write(&go, "").expect("touch go");
+    let status = holder.wait_exit(BOUND);
+    let stderr = stderr_of(&mut holder);
+    let line = holder.line(Duration::from_millis(0));
+    assert_eq!(status.code(), Some(7), "{status:?} {line:?} {stderr}");
+    assert_eq!(line, None, "the command was signalled: {stderr}");
+    assert!(!stderr.contains("lost the lock"), "{stderr}");
+}

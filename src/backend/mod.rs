@@ -266,6 +266,12 @@ pub trait Held {
     fn searches_descendants(&self) -> bool {
         false
     }
+    /// The lock's own connection, for lockrun's watchdog to keep open if
+    /// lockrun dies (`platform::Watchdog::hold`): the lock then outlives
+    /// lockrun until the command's tree is stopped.
+    fn connection_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
     /// Lets go of the lock. `Err`: it was lost while the command ran (the
     /// command was stopped), with the reason.
     fn release(self) -> Result<(), String>;
@@ -279,9 +285,11 @@ pub trait Held {
 pub fn command_tree() -> Inheritors {
     let me = std::process::id() as i32;
     Box::new(move |command| {
+        // A lock URL's watchdog is lockrun's child, not the command's.
+        let watchdog = crate::platform::watchdog_pid();
         crate::platform::descendants(me)
             .into_iter()
-            .filter(|&pid| pid != command)
+            .filter(|&pid| pid != command && pid != watchdog)
             .collect()
     })
 }

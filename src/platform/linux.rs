@@ -677,6 +677,30 @@ pub fn descendants(root: i32) -> Vec<i32> {
     found
 }
 
+/// Our descriptors that are sockets, each with what /proc/self/fd says of
+/// it (`socket:[INODE]`): compared before and after a connection is made,
+/// to find the connection's socket, which the client library keeps to
+/// itself. Only lock URLs ask.
+#[cfg(feature = "postgres")]
+pub fn socket_fds() -> Vec<(i32, std::ffi::OsString)> {
+    let Ok(entries) = fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let fd = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let target = fs::read_link(entry.path()).ok()?;
+            use std::os::unix::ffi::OsStrExt;
+            target
+                .as_os_str()
+                .as_bytes()
+                .starts_with(b"socket:")
+                .then(|| (fd, target.into_os_string()))
+        })
+        .collect()
+}
+
 /// Makes lockrun the subreaper of what its command starts
 /// (PR_SET_CHILD_SUBREAPER), so that [`descendants`] finds an orphan
 /// (a daemon, a setsid'd child whose parent exited) under lockrun rather

@@ -23,6 +23,9 @@ mod keeper;
 mod process;
 mod spawn;
 mod threads;
+// Only lock URLs start a watchdog; its pid is asked for on every build.
+#[cfg_attr(not(any(feature = "etcd", feature = "postgres")), allow(dead_code))]
+mod watchdog;
 pub use files::{NotRead, file_kind, open_regular, read_regular};
 pub use helpers::{ANSWERED, Bell, Helpers};
 #[cfg(target_os = "linux")]
@@ -33,6 +36,9 @@ pub use threads::{
     block_signals_on_this_thread, interrupt_helper, interrupt_signal_in_use, spawn_helper,
     tolerating_file_size_limit, with_signals_blocked,
 };
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+pub use watchdog::Watchdog;
+pub use watchdog::watchdog_pid;
 
 use crate::mode::LockMode;
 

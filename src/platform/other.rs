@@ -274,6 +274,12 @@ pub fn fd_holders(_dev: u64, _ino: u64) -> (Vec<FdHolder>, bool) {
 pub fn sharing_description(_ours: std::os::fd::BorrowedFd<'_>, _dev: u64, _ino: u64) -> Vec<i32> {
     Vec::new()
 }
+/// Elsewhere the connection's socket is not looked for (see linux.rs).
+#[cfg(feature = "postgres")]
+pub fn socket_fds() -> Vec<(i32, std::ffi::OsString)> {
+    Vec::new()
+}
+
 pub fn descendants(_root: i32) -> Vec<i32> {
     Vec::new()
 }

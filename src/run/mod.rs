@@ -63,6 +63,10 @@ pub struct Flow<'a> {
     pub wait: WaitPolicy,
     pub exec_in_place: bool,
     pub settings: &'a RunSettings,
+    /// A lock URL's watchdog (`platform::watchdog`): told the command's
+    /// pid, its end, and the lock's connection. Never on a lock file.
+    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    pub watchdog: Option<&'a platform::Watchdog>,
 }
 
 /// The run form on a lock file.
@@ -83,6 +87,8 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         wait: opts.wait,
         exec_in_place: opts.exec_in_place,
         settings: &opts.settings,
+        #[cfg(any(feature = "etcd", feature = "postgres"))]
+        watchdog: None,
     };
     let opening = crate::backend::file::Opening {
         path: &opts.path,
@@ -164,6 +170,13 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     let reap_orphans = held.searches_descendants()
         && (flow.settings.max_time.is_some() || held.dies_with_lockrun())
         && platform::adopt_orphans();
+    // The connection goes to the watchdog before the command exists: from
+    // its start on, lockrun's death leaves the lock held until the
+    // watchdog has stopped it.
+    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    if let (Some(watchdog), Some(fd)) = (flow.watchdog, held.connection_fd()) {
+        watchdog.hold(fd);
+    }
     signals::command_starting(kept_group);
     let started = start(&command, told_by_child.clone(), &held);
     let pid = match started {
@@ -185,6 +198,10 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         kept => kept,
     };
     signals::command_started(pid, shared_group);
+    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    if let Some(watchdog) = flow.watchdog {
+        watchdog.command_started(pid);
+    }
     held.command_started(pid);
     if let Some(recording) = &mut recording {
         recording.started(&mut held, pid);
@@ -196,6 +213,11 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
 
     let (status, start) = wait_for_command(pid, reap_orphans, |pid| {
         held.command_exited();
+        // While the command is a zombie, before its pid can be reused.
+        #[cfg(any(feature = "etcd", feature = "postgres"))]
+        if let Some(watchdog) = flow.watchdog {
+            watchdog.command_exited();
+        }
         let told = told_by_child.as_ref()?;
         told.start_seen()
             .or_else(|| platform::process_start_time(pid))

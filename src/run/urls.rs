@@ -23,6 +23,12 @@ fn run_url<B: crate::backend::Backend, U>(
     start: impl FnOnce(&str) -> Result<B, Failure>,
 ) -> Result<Ending, Failure> {
     let label = display::escape(text);
+    // First of all, while lockrun is still one thread (the clients start
+    // theirs when they connect) and its signal dispositions are the
+    // caller's: the process that stops the command if lockrun dies
+    // (platform::watchdog). A fork, not paid by lock files.
+    let grace = opts.settings.kill_grace;
+    let watchdog = crate::platform::Watchdog::start(&label, grace, &display::span(grace));
     // Before the lease or session exists: a signal meanwhile must not
     // leave it behind.
     super::signals::install_for_command()?;
@@ -40,6 +46,7 @@ fn run_url<B: crate::backend::Backend, U>(
             },
             exec_in_place: false,
             settings: &opts.settings,
+            watchdog: watchdog.as_ref(),
         },
     )
 }

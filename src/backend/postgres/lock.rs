@@ -3,8 +3,10 @@
 //! fencing token, watch the connection until the command exits, close it.
 //!
 //! Differences from a file lock, each forced by the medium: the lock lives
-//! as long as lockrun's connection (so `-F` is refused, and the command
-//! gets SIGTERM if lockrun itself dies); the record is carried in the
+//! as long as lockrun's connection (so `-F` is refused, and if lockrun
+//! itself dies its watchdog, which holds a duplicate of the connection,
+//! stops the command's tree before letting the session end:
+//! `platform::watchdog`); the record is carried in the
 //! session's last statement, readable in `pg_stat_activity`; and losing the
 //! connection while the command runs stops the command, exit 76.
 
@@ -21,6 +23,7 @@ use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{CancelToken, Client, SimpleQueryMessage};
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -57,6 +60,24 @@ fn shares_sessions(target: &Target, mark: &str) -> bool {
         .and_then(|answer| first_value(&answer))
         .and_then(|row| row.into_iter().next().flatten());
     seen.as_deref() == Some(mark)
+}
+
+/// The socket of the connection just made: the one socket among our
+/// descriptors that was not there `before` it, duplicated (the client
+/// library owns and closes its own). `None` when that cannot be told
+/// (no /proc, or more than one new socket): then the server's hang-up is
+/// noticed at the next check only, and a watchdog cannot hold the session.
+fn connection_socket(before: &[(i32, OsString)]) -> Option<OwnedFd> {
+    let mut new = crate::platform::socket_fds()
+        .into_iter()
+        .filter(|entry| !before.contains(entry));
+    let (fd, _) = new.next()?;
+    if new.next().is_some() {
+        return None;
+    }
+    // SAFETY: `fd` is open (the client's socket) while we duplicate it.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::io::fcntl_dupfd_cloexec(borrowed, 3).ok()
 }
 
 /// pg_locks shows a bigint advisory key as two oids: the high and the low
@@ -224,6 +245,9 @@ pub struct PgBackend {
     target: Target,
     /// Ours while not lent to the waiting thread.
     client: Option<Client>,
+    /// A duplicate of `client`'s socket, when it could be told apart:
+    /// watched for the server's hang-up and handed to the watchdog.
+    socket: Option<OwnedFd>,
     /// Where the waiting thread hands the connection back.
     returned: Arc<Mutex<Option<Returned>>>,
     cancel: CancelToken,
@@ -389,7 +413,10 @@ impl PgBackend {
                 "lockrun: warning: the lock URL carries a password, which other users can see in `ps` until lockrun hides it; prefer PGPASSWORD or ~/.pgpass"
             );
         }
-        let mut client = target.connect().map_err(|e| {
+        let sockets = crate::platform::socket_fds();
+        let connected = target.connect();
+        let socket = connection_socket(&sockets);
+        let mut client = connected.map_err(|e| {
             unavailable(
                 label,
                 &format!(
@@ -539,6 +566,7 @@ impl PgBackend {
         Ok(PgBackend {
             target,
             client: Some(client),
+            socket,
             returned: Arc::new(Mutex::new(None)),
             cancel,
             side: None,
@@ -1024,7 +1052,7 @@ impl Backend for PgBackend {
             None => (format!("SELECT pg_advisory_unlock({key})"), ""),
         };
         let session = Session::start(
-            client,
+            (client, self.socket.take()),
             key,
             self.comment.clone(),
             release,
@@ -1076,6 +1104,10 @@ impl Held for PgHeld {
                 .update(fitted_comment(&record.to_line(), self.query_size));
         }
         Ok(())
+    }
+
+    fn connection_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.session.socket()
     }
 
     fn command_started(&mut self, pid: i32) {

@@ -12,11 +12,27 @@
 //! answer confirmed the lock for a whole TTL (a call can hang on a dead
 //! network for longer than that). Judged from our side, conservatively:
 //! the TTL counts from when the last confirmed check was *sent*.
+//!
+//! Two refinements of that rule:
+//! - A connection the server closes (`pg_terminate_backend`, a restart,
+//!   a crash: the session is over and the lock with it) is known at once:
+//!   a third thread waits on the socket for the hang-up (POLLRDHUP), so
+//!   the command is stopped then, not at the next check up to TTL/3 later.
+//! - "Did not confirm for a whole TTL" blames the server or the network
+//!   only when a check was given its chance: sent, and unanswered for
+//!   TTL/3. When lockrun itself did not run (SIGSTOP, a suspended VM or
+//!   container, a starved host) no check went out while the clock ran; on
+//!   waking the watcher sees the TTL long past. It then asks the server
+//!   (one check, on the same connection) before declaring the lock lost:
+//!   the server kept the session (its kernel answered the keepalives), and
+//!   if our session still holds the lock nobody else can have had it.
 
 use crate::backend::lost;
 use crate::sync::Shared as Guarded;
 use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, SimpleQueryMessage};
+use std::os::fd::OwnedFd;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,6 +51,15 @@ struct State {
     lost: Option<String>,
     /// The connection, while no check is in flight.
     client: Option<Client>,
+    /// When the check in flight was sent.
+    in_flight: Option<Instant>,
+    /// Asked of the pinger by the watcher: a check (of the lock, not just
+    /// the record's update) now.
+    confirm_now: bool,
+    /// The TTL has run out, but not yet the chance given to a check sent
+    /// since (see the module's comment): the lock counts as lost only
+    /// once this passes too.
+    chance_until: Option<Instant>,
 }
 
 type Shared = Guarded<State>;
@@ -53,6 +78,7 @@ struct Threads {
     first: &'static str,
     ttl: Duration,
     grace: Duration,
+    socket: Option<OwnedFd>,
 }
 
 /// What the pinger asks: does our session still hold the lock?
@@ -66,11 +92,12 @@ pub fn holds_sql(key: i64) -> String {
 }
 
 impl Session {
-    /// Starts watching `client`, whose session holds the lock on `key`;
+    /// Starts watching `client` (and `socket`, a duplicate of its socket,
+    /// when known), whose session holds the lock on `key`;
     /// `release` is the statement that lets go of it, `first` a statement
     /// to run with the first check.
     pub fn start(
-        client: Client,
+        (client, socket): (Client, Option<OwnedFd>),
         key: i64,
         comment: String,
         release: String,
@@ -88,6 +115,9 @@ impl Session {
             command: lost::Command::default(),
             lost: None,
             client: Some(client),
+            in_flight: None,
+            confirm_now: false,
+            chance_until: None,
         })));
         Session {
             shared,
@@ -98,8 +128,15 @@ impl Session {
                 first,
                 ttl,
                 grace,
+                socket,
             }),
         }
+    }
+
+    /// The connection's socket (a duplicate), until the threads start.
+    pub fn socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.threads.as_ref()?.socket.as_ref().map(|s| s.as_fd())
     }
 
     /// Starts the threads, once the command runs: not before, where they
@@ -110,6 +147,7 @@ impl Session {
             first,
             ttl,
             grace,
+            socket,
         }) = self.threads.take()
         else {
             return;
@@ -123,8 +161,14 @@ impl Session {
                 .spawn(move || ping(shared, key, first, ttl));
             let watcher = std::thread::Builder::new()
                 .name("pg-watch".into())
-                .spawn(move || watch(shared, grace))
+                .spawn(move || watch(shared, grace, ttl))
                 .ok();
+            // Without it the hang-up is found by the next check, as before.
+            if let Some(socket) = socket {
+                let _ = std::thread::Builder::new()
+                    .name("pg-hangup".into())
+                    .spawn(move || hang_up(shared, socket));
+            }
             (pinger, watcher)
         });
         if pinger.is_err() || watcher.is_none() {
@@ -204,9 +248,9 @@ fn ping(shared: &'static Shared, key: i64, mut first: &'static str, ttl: Duratio
     let holds = holds_sql(key);
     let mut next = Instant::now() + interval;
     loop {
-        let (comment, mut client, check) = {
+        let (comment, mut client, check, sent) = {
             let mut state = shared.lock();
-            while !state.stop && !state.ping_now && Instant::now() < next {
+            while !state.stop && !state.ping_now && !state.confirm_now && Instant::now() < next {
                 state = shared.wait_until(state, next);
             }
             if state.stop {
@@ -221,11 +265,13 @@ fn ping(shared: &'static Shared, key: i64, mut first: &'static str, ttl: Duratio
             // session pays dearly for the first time. The lock was
             // confirmed by the statement that took it; the next check
             // comes on time.
-            let check = Instant::now() >= next;
+            let check = Instant::now() >= next || state.confirm_now;
             state.ping_now = false;
-            (state.comment.clone(), client, check)
+            state.confirm_now = false;
+            let sent = Instant::now();
+            state.in_flight = Some(sent);
+            (state.comment.clone(), client, check, sent)
         };
-        let sent = Instant::now();
         let sql = if check {
             format!("{comment}{first}{holds}")
         } else {
@@ -241,7 +287,10 @@ fn ping(shared: &'static Shared, key: i64, mut first: &'static str, ttl: Duratio
             },
             // A late cancel request meant for the wait: the session is fine.
             Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
-                shared.lock().client = Some(client);
+                let mut state = shared.lock();
+                state.client = Some(client);
+                state.in_flight = None;
+                drop(state);
                 shared.notify();
                 next = Instant::now() + Duration::from_millis(50);
                 continue;
@@ -252,6 +301,7 @@ fn ping(shared: &'static Shared, key: i64, mut first: &'static str, ttl: Duratio
             )),
         };
         let mut state = shared.lock();
+        state.in_flight = None;
         match verdict {
             Ok(()) if !check => {
                 state.client = Some(client);
@@ -282,8 +332,16 @@ fn count(answer: &[SimpleQueryMessage]) -> Option<i64> {
     })
 }
 
-fn watch(shared: &'static Shared, grace: Duration) {
+/// How much later than asked the watcher may wake before it counts as
+/// not having run meanwhile (paused, starved): well above a busy host's
+/// scheduling delay.
+const OVERSLEPT: Duration = Duration::from_millis(250);
+
+fn watch(shared: &'static Shared, grace: Duration, ttl: Duration) {
+    // A check's chance to be answered: the check period.
+    let chance = (ttl / 3).max(Duration::from_millis(100));
     let mut state = shared.lock();
+    let mut until = state.valid_until;
     loop {
         if state.stop {
             return;
@@ -292,15 +350,96 @@ fn watch(shared: &'static Shared, grace: Duration) {
             break;
         }
         let now = Instant::now();
-        if now >= state.valid_until {
-            state.lost = Some(
-                "PostgreSQL did not confirm the lock for a whole TTL (the server or the network stopped answering)"
-                    .to_owned(),
-            );
-            break;
+        if now > until + OVERSLEPT {
+            // lockrun did not run for a while: whatever was (or was not)
+            // sent before cannot be judged. Ask now, and give the answer
+            // its chance.
+            state.confirm_now = true;
+            state.chance_until = Some(now + chance);
+            shared.notify();
         }
-        let until = state.valid_until;
+        if now >= state.valid_until {
+            let mut last = state.chance_until.unwrap_or(now).max(state.valid_until);
+            match state.in_flight {
+                // A check sent and not yet answered has its chance.
+                Some(sent) => last = last.max(sent + chance),
+                // None in flight: ask for one (once), and wait for it.
+                None if state.chance_until.is_none() => {
+                    state.confirm_now = true;
+                    last = now + chance;
+                    shared.notify();
+                }
+                None => {}
+            }
+            state.chance_until = Some(last);
+            if now >= last {
+                state.lost = Some(
+                    "PostgreSQL did not confirm the lock for a whole TTL (the server or the network stopped answering)"
+                        .to_owned(),
+                );
+                break;
+            }
+            until = last;
+        } else {
+            // Confirmed again: any chance given is spent.
+            state.chance_until = None;
+            until = state.valid_until;
+        }
         state = shared.wait_until(state, until);
     }
     lost::stop_command(shared, state, |s| &s.command, |s| s.stop, grace);
+}
+
+/// Waits for the server to close the connection; the session, and the lock
+/// with it, is then gone. The socket is a duplicate of the client's, only
+/// polled: its data is the client's to read. Left blocked when lockrun
+/// finishes (the process ends).
+fn hang_up(shared: &'static Shared, socket: OwnedFd) {
+    use std::os::fd::AsRawFd;
+    #[cfg(target_os = "linux")]
+    let events = libc::POLLRDHUP;
+    #[cfg(not(target_os = "linux"))]
+    let events = libc::POLLHUP;
+    let mut fds = [libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events,
+        revents: 0,
+    }];
+    loop {
+        // SAFETY: poll(2) on one pollfd that we own.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
+        if n > 0 {
+            break;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // Cannot watch: the checks still will.
+            return;
+        }
+    }
+    let mut state = shared.lock();
+    if state.stop || state.lost.is_some() {
+        return;
+    }
+    // The server's own words (FATAL: terminating connection due to
+    // administrator command) are in the socket already, when the client
+    // is idle here to read them: a read of what has come, bounded (the
+    // state's lock is held), never a round trip. Bounded rather than a
+    // single poll: the client's runtime learns that the socket is
+    // readable only by waiting on it.
+    let why = state
+        .client
+        .as_mut()
+        .and_then(|client| {
+            client
+                .notifications()
+                .timeout_iter(Duration::from_millis(100))
+                .next()
+                .err()
+        })
+        .map(|e| format!(": {}", super::connect::explain(&e)))
+        .unwrap_or_default();
+    state.lost = Some(format!(
+        "the server closed the connection, so it has released the lock{why}"
+    ));
+    shared.notify();
 }
