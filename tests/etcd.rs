@@ -816,8 +816,13 @@ fn a_key_gone_before_the_release_is_76_not_success() {
     etcd.etcdctl(&["del", "--prefix", "vanished/"]);
     lockrun.release();
     assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    // Either the watch on the held key saw the deletion before the command
+    // ended (issue 29 item 1), or the release found the key gone.
     let stderr = stderr_of(&mut lockrun);
-    assert!(stderr.contains("was gone from etcd"), "{stderr}");
+    assert!(
+        stderr.contains("was gone from etcd") || stderr.contains("was deleted in etcd"),
+        "{stderr}"
+    );
 }
 
 /// The etcd client's runtime threads and the lease keeper run beside the
@@ -2775,4 +2780,128 @@ fn item_17_a_release_refused_for_revoked_credentials_says_so_without_retrying() 
     );
     let refused = failed_calls(&etcd, "LeaseRevoke") - before;
     assert!(refused <= 1, "{refused} refused revokes: {err}");
+}
+
+/// Lines in `file` (a command's heartbeat), 0 while it does not exist.
+fn lines_in(file: &Path) -> usize {
+    std::fs::read_to_string(file)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// Issue 29 item 1: `etcdctl lease revoke` on the holder's lease. etcd
+/// deletes the key and answers the next keep-alive with TTL 0 ("lease not
+/// found"); the command, and what it started, must stop at once (76), not
+/// when lockrun's own TTL runs out. Counted, not timed: the command's
+/// child appends a line every 100 ms; after the revoke it may write a few
+/// (the guide: a stop within 1 s), not the TTL's worth (9 s, 90 lines).
+#[test]
+fn a_revoked_lease_stops_the_command_and_its_children_at_once() {
+    let Some(etcd) = Etcd::start() else { return };
+    let dir = temp_dir();
+    let beat = dir.path().join("beat");
+    let url = etcd.url("revoked");
+    let mut cmd = etcd.std_lockrun();
+    cmd.args(["--ttl", "9s", "--kill-grace", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "while :; do echo x >> \"$1\"; sleep 0.1; done </dev/null >/dev/null 2>&1 & \
+             echo ready $$ $!; wait",
+            "sh",
+        ])
+        .arg(&beat)
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let words = lockrun.expect_ready();
+    let (shell, child): (i32, i32) = (words[0].parse().unwrap(), words[1].parse().unwrap());
+    wait_for("the heartbeat", || lines_in(&beat) > 0);
+    let keys = etcd.etcdctl_out(&["get", "--prefix", "--keys-only", "revoked/"]);
+    let lease = keys
+        .lines()
+        .find_map(|k| k.strip_prefix("revoked/"))
+        .expect("the holder's key")
+        .to_owned();
+    let revoked = Instant::now();
+    etcd.etcdctl(&["lease", "revoke", &lease]);
+    let at_revoke = lines_in(&beat);
+    let status = lockrun.wait_exit(BOUND);
+    let exited = revoked.elapsed();
+    // Right when lockrun exits: nothing it started may still run.
+    let (shell_alive, child_alive) = (alive(shell), alive(child));
+    let after = lines_in(&beat) - at_revoke;
+    let stderr = stderr_of(&mut lockrun);
+    eprintln!("revoke to lockrun's exit: {exited:?}; lines written after the revoke: {after}");
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(!shell_alive, "the command {shell} outlived exit 76");
+    assert!(!child_alive, "the command's child {child} outlived exit 76");
+    assert!(
+        after <= 15,
+        "the command wrote {after} lines (100 ms apart) after its lease was revoked: {stderr}"
+    );
+    assert!(
+        stderr.contains("lost the lock") && stderr.contains("revoked"),
+        "{stderr}"
+    );
+}
+
+/// Bytes that clients sent to the server listening on `port` and that it
+/// has not read yet (the receive queues of its established connections in
+/// /proc/net/tcp): with the server stopped, a request in flight.
+fn unread_by_server(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit(':').next()?;
+            let established = *fields.get(3)? == "01";
+            let rx = fields.get(4)?.split(':').nth(1)?;
+            (established && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| u64::from_str_radix(rx, 16).ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Issue 29 item 5: the command ends on its own, with 0, while a renewal
+/// is in flight to an etcd that does not answer (stopped), well within the
+/// lease's TTL. The run's status is the command's. Before, the release
+/// waited for that renewal until the lease's deadline, which then counted
+/// as a loss: 76 for a command that had finished with 0. Synchronised on
+/// the renewal itself: etcd's socket holds bytes it has not read.
+#[test]
+fn a_command_that_ended_while_a_renewal_was_failing_keeps_its_status() {
+    let Some(etcd) = Etcd::start() else { return };
+    let port: u16 = etcd
+        .endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let url = etcd.url("ended");
+    let mut cmd = etcd.std_lockrun();
+    // TTL 2s: renewals every 2/3 s, each allowed until the lease's deadline.
+    cmd.args(["--ttl", "2s", &url, "--"])
+        .args(["sh", "-c", "echo ready; read go; exit 0"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    lockrun.expect_ready();
+    // The record is stored (no write of lockrun's main thread in flight).
+    wait_for("the record in etcd", || {
+        etcd.etcdctl_out(&["get", "--prefix", "--print-value-only", "ended/"])
+            .contains("\"pid\"")
+    });
+    etcd.signal("STOP");
+    wait_for("a renewal sent to the stopped etcd", || {
+        unread_by_server(port) > 0
+    });
+    lockrun.release();
+    let status = lockrun.wait_exit(BOUND);
+    etcd.signal("CONT");
+    let stderr = stderr_of(&mut lockrun);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("lost the lock"), "{stderr}");
+    assert!(stderr.contains("could not release"), "{stderr}");
 }

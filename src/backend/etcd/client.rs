@@ -106,6 +106,54 @@ pub enum Released {
     AlreadyGone,
 }
 
+/// What the client crate says for a keep-alive answered with TTL <= 0.
+const LEASE_NOT_FOUND: &str = "lease not found";
+
+/// How one renewal ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    /// etcd says the lease no longer exists.
+    Expired,
+    /// lockrun is finishing: not an answer.
+    Stopped,
+}
+
+/// How a watch on the held key ended.
+pub enum Watched {
+    /// Nothing happened to the key until the time given.
+    Quiet,
+    /// The key was deleted or is no longer ours: the lock is lost.
+    Gone(String),
+    /// lockrun is finishing.
+    Stopped,
+    /// The member failed (or the watch was cancelled): try again.
+    Failed,
+}
+
+/// The watch on our held key, kept across renewals.
+pub struct HeldWatch {
+    key: String,
+    /// Our key's creation revision.
+    revision: i64,
+    /// The revision to watch from: every change after the last one seen.
+    from: i64,
+    stream: Option<ec::WatchStream>,
+}
+
+impl HeldWatch {
+    /// From our key's creation on: nothing that happened to it since (even
+    /// before this watch exists) is missed.
+    pub fn new(key: String, revision: i64) -> HeldWatch {
+        HeldWatch {
+            key,
+            revision,
+            from: revision,
+            stream: None,
+        }
+    }
+}
+
 /// The outcome of one attempt at the lock.
 pub enum Attempt {
     /// Our key is the oldest: the lock is ours; `revision` is our key's
@@ -250,6 +298,26 @@ impl Client {
         }
     }
 
+    /// Runs `future` until it ends (`Some`) or `stop` is notified (`None`;
+    /// a permit stored before is taken at once, so no stop is missed).
+    fn unless_stopped<F: Future>(
+        &self,
+        stop: &tokio::sync::Notify,
+        future: F,
+    ) -> Option<F::Output> {
+        self.block_on(async {
+            let mut future = std::pin::pin!(future);
+            let mut stopped = std::pin::pin!(stop.notified());
+            std::future::poll_fn(|cx| {
+                if stopped.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(None);
+                }
+                future.as_mut().poll(cx).map(Some)
+            })
+            .await
+        })
+    }
+
     /// Grants a lease; returns its id and the TTL etcd granted (which may
     /// be longer than asked: etcd has a minimum).
     pub fn grant(&self, ttl: Duration) -> Result<(i64, Duration), EtcdError> {
@@ -264,24 +332,57 @@ impl Client {
         Ok((answer.id(), Duration::from_secs(granted)))
     }
 
-    /// Renews the lease; returns the TTL it now has, or `None` when etcd
-    /// says the lease no longer exists.
-    pub fn keepalive(&self, lease: i64, deadline: Instant) -> Result<Option<Duration>, EtcdError> {
-        let ttl = self.block_on(self.inner.call(
-            "lease keep-alive",
-            deadline,
-            move |mut c| async move {
-                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
-                keeper.keep_alive().await?;
-                match answers.message().await? {
-                    Some(answer) => Ok(answer.ttl()),
-                    None => Err(ec::Error::LeaseKeepAliveError(
-                        "the member closed the keep-alive stream".into(),
-                    )),
+    /// Renews the lease once. `Expired` is etcd's own answer that the lease
+    /// no longer exists (revoked, or expired): a keep-alive answered with a
+    /// TTL of 0, which etcd gives only from the leader's lessor, so it is
+    /// never a member's guess. The client crate turns that answer into an
+    /// error ("lease not found") before lockrun sees the TTL; taken as a
+    /// member failure it would have been retried until lockrun's own
+    /// deadline, with the command running on although the next holder had
+    /// started (issue 29 item 1). One round trip: the crate's opening
+    /// keep-alive is itself the renewal, and a lease renewed is good for
+    /// its granted TTL. `Stopped`: `stop` was notified (lockrun is
+    /// finishing), whatever was in flight.
+    pub fn keepalive(
+        &self,
+        lease: i64,
+        deadline: Instant,
+        stop: &tokio::sync::Notify,
+    ) -> Result<Renewal, EtcdError> {
+        let renew = self
+            .inner
+            .call("lease keep-alive", deadline, move |mut c| async move {
+                match c.lease_keep_alive(lease).await {
+                    Ok(_) => Ok(true),
+                    Err(ec::Error::LeaseKeepAliveError(m)) if m == LEASE_NOT_FOUND => Ok(false),
+                    Err(e) => Err(e),
                 }
-            },
-        ))?;
-        Ok((ttl > 0).then(|| Duration::from_secs(ttl.unsigned_abs())))
+            });
+        match self.unless_stopped(stop, renew) {
+            None => Ok(Renewal::Stopped),
+            Some(Ok(true)) => Ok(Renewal::Renewed),
+            Some(Ok(false)) => Ok(Renewal::Expired),
+            Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Watches our held key (kept open in `watch` between calls) until
+    /// `until`, so that its deletion (a revoked or expired lease, a key
+    /// deleted by hand) is seen the moment etcd applies it rather than at
+    /// the next renewal, TTL/3 later. Only etcd's own events count: a
+    /// failing member is `Failed`, and the renewals judge the lease.
+    pub fn watch_held(
+        &self,
+        watch: &mut HeldWatch,
+        until: Instant,
+        stop: &tokio::sync::Notify,
+    ) -> Watched {
+        match self.unless_stopped(stop, self.inner.watch_held(watch, until)) {
+            None => Watched::Stopped,
+            Some(Ok(None)) => Watched::Quiet,
+            Some(Ok(Some(reason))) => Watched::Gone(reason),
+            Some(Err(_)) => Watched::Failed,
+        }
     }
 
     /// Revokes the lease, which deletes every key attached to it: the lock
@@ -713,6 +814,74 @@ impl Inner {
                     tokio::time::sleep(RETRY).await;
                 }
                 done => return done,
+            }
+        }
+    }
+
+    /// See [`Client::watch_held`]. `Ok(None)`: quiet until `until`.
+    async fn watch_held(
+        &self,
+        w: &mut HeldWatch,
+        until: Instant,
+    ) -> Result<Option<String>, Failed> {
+        if w.stream.is_none() {
+            let at = self.preferred.load(Ordering::Relaxed);
+            let endpoint = &self.members[at].endpoint;
+            let opened = async {
+                let mut client = self.member(at).await?;
+                let options = ec::WatchOptions::new().with_start_revision(w.from);
+                client
+                    .watch(w.key.clone(), Some(options))
+                    .await
+                    .map_err(|e| self.failure(endpoint, &e))
+            };
+            let stream = tokio::time::timeout(ATTEMPT_TIMEOUT, opened)
+                .await
+                .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))??;
+            w.stream = Some(stream);
+        }
+        let Some(stream) = w.stream.as_mut() else {
+            return Err(Failed::Member("no watch".into()));
+        };
+        loop {
+            let answer = match tokio::time::timeout_at(until.into(), stream.message()).await {
+                Err(_) => return Ok(None),
+                Ok(Ok(Some(answer))) => answer,
+                Ok(Ok(None) | Err(_)) => {
+                    w.stream = None;
+                    return Err(Failed::Member("the watch of the held key ended".into()));
+                }
+            };
+            if answer.canceled() {
+                // Compacted past `from`: what happened before the compaction
+                // is left to the next renewal's look at the key.
+                w.from = w.from.max(answer.compact_revision());
+                w.stream = None;
+                return Err(Failed::Member(
+                    "the watch of the held key was cancelled".into(),
+                ));
+            }
+            for event in answer.events() {
+                let Some(kv) = event.kv() else { continue };
+                if kv.key() != w.key.as_bytes() {
+                    continue;
+                }
+                w.from = w.from.max(kv.mod_revision() + 1);
+                match event.event_type() {
+                    ec::EventType::Delete => {
+                        return Ok(Some(format!(
+                            "the lock key {} was deleted in etcd (its lease was revoked or expired, or the key was deleted)",
+                            w.key
+                        )));
+                    }
+                    ec::EventType::Put if kv.create_revision() != w.revision => {
+                        return Ok(Some(format!(
+                            "the lock key {} was deleted in etcd and created again by someone else",
+                            w.key
+                        )));
+                    }
+                    ec::EventType::Put => {}
+                }
             }
         }
     }

@@ -14,7 +14,7 @@
 
 use super::RunOptions;
 use super::client::{Attempt, Client, EtcdError, Kv, key_for};
-use super::session::Session;
+use super::session::{Ending, Session};
 use super::{keeper, slots};
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
@@ -479,14 +479,15 @@ impl Held for EtcdHeld {
     }
 
     fn release(self) -> Result<(), String> {
-        let lost = self.session.finish();
+        let ending = self.session.finish();
         let last_key = match self.slot {
             Some((_, k)) => slots::last_key(&self.name, k),
             None => self.name.clone(),
         };
-        let last = match (&lost, &self.last) {
-            (None, Some(line)) => Some((last_key.as_str(), line.as_slice())),
-            _ => None,
+        // The transaction stores it only while our key is still ours.
+        let last = match (&ending, &self.last) {
+            (Ending::Lost(_), _) | (_, None) => None,
+            (_, Some(line)) => Some((last_key.as_str(), line.as_slice())),
         };
         let released = self.client.release(
             self.lease,
@@ -494,14 +495,31 @@ impl Held for EtcdHeld {
             last,
             Instant::now() + CLEANUP_TIMEOUT,
         );
-        if let Some(reason) = lost {
-            return Err(reason);
+        // Once the command has ended on its own while the lock was
+        // confirmed, the run's status is the command's: what became of the
+        // lock afterwards is said, never made its exit status (issue 29
+        // item 5: 76 for a command that had finished with 0).
+        let warn = |reason: &str| {
+            crate::say!(
+                "lockrun: warning: the lock {} could not be confirmed after the command ended on its own (its status is kept): {reason}",
+                self.name
+            );
+        };
+        match ending {
+            Ending::Lost(reason) => return Err(reason),
+            Ending::Unconfirmed(reason) => {
+                warn(&reason);
+                return Ok(());
+            }
+            Ending::Held => {}
         }
         match released {
             Ok(super::client::Released::Ours) => {}
+            // Gone at the release, at a moment nobody can tell: perhaps
+            // while the command ran.
             Ok(super::client::Released::AlreadyGone) => {
                 return Err(format!(
-                    "the lock key {} was gone from etcd when the command ended (its lease expired before a renewal got through), so another holder may have had the lock meanwhile",
+                    "the lock key {} was gone from etcd when the command ended (its lease expired or was revoked, or the key was deleted), so another holder may have had the lock meanwhile",
                     self.key
                 ));
             }
