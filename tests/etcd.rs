@@ -2905,3 +2905,86 @@ fn a_command_that_ended_while_a_renewal_was_failing_keeps_its_status() {
     assert!(!stderr.contains("lost the lock"), "{stderr}");
     assert!(stderr.contains("could not release"), "{stderr}");
 }
+
+/// The index of the member that leads the cluster now, if one does.
+fn leader_of(etcd: &Etcd) -> Option<usize> {
+    let all: Vec<&str> = etcd.members.iter().map(|m| m.endpoint.as_str()).collect();
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            &format!("--endpoints={}", all.join(",")),
+            "--command-timeout=1s",
+            "endpoint",
+            "status",
+            "-w",
+            "json",
+        ])
+        .output()
+        .ok()?;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let list = status.as_array()?;
+    let leader = list.first()?["Status"]["leader"].as_u64()?;
+    list.iter()
+        .position(|s| s["Status"]["header"]["member_id"].as_u64() == Some(leader))
+}
+
+/// Issue 29 item 4: two of three members (the leader among them) stopped
+/// for less than the TTL, then continued: the cluster is without a leader
+/// (no majority, then an election), so no renewal gets through, but no
+/// member can expire the lease either, and the new leader gives every
+/// lease a fresh TTL. The holder must not count that as a loss: its
+/// command runs on and ends with its own status.
+#[test]
+fn a_leaderless_spell_shorter_than_the_ttl_does_not_stop_the_holder() {
+    let Some(etcd) = Etcd::start_with(&Setup::default(), 3) else {
+        return;
+    };
+    let mut leader = None;
+    wait_for("a leader", || {
+        leader = leader_of(&etcd);
+        leader.is_some()
+    });
+    let leader = leader.expect("a leader");
+    let follower = (leader + 1) % 3;
+    let remaining = (leader + 2) % 3;
+    // The holder talks to the member left running first.
+    let url = etcd.url_via(&[remaining, leader, follower], "leaderless");
+    let (mut holder, _) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([
+            "--ttl",
+            "6s",
+            &url,
+            "sh",
+            "-c",
+            "echo ready; read x; echo done",
+        ])
+        .stderr(Stdio::piped());
+        cmd
+    });
+    let stopped = Instant::now();
+    etcd.signal_member(leader, "STOP");
+    etcd.signal_member(follower, "STOP");
+    // The fault's length (not a synchronisation): under the TTL.
+    std::thread::sleep(Duration::from_millis(2500));
+    etcd.signal_member(leader, "CONT");
+    etcd.signal_member(follower, "CONT");
+    let continued = Instant::now();
+    wait_for("a leader again", || leader_of(&etcd).is_some());
+    eprintln!("a leader again {:?} after SIGCONT", continued.elapsed());
+    // Past the moment a holder counting only its own renewals gives up
+    // (its last renewal before the stop, plus the TTL), with a margin.
+    while stopped.elapsed() < Duration::from_millis(7000) {
+        assert!(
+            !holder.has_exited(),
+            "the holder stopped: {}",
+            stderr_of(&mut holder)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    holder.release();
+    let done = holder.line(BOUND);
+    assert_eq!(done.as_deref(), Some("done"), "{}", stderr_of(&mut holder));
+    let status = holder.wait_exit(BOUND);
+    assert!(status.success(), "{status:?}: {}", stderr_of(&mut holder));
+}

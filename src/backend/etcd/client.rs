@@ -343,22 +343,37 @@ impl Client {
     /// keep-alive is itself the renewal, and a lease renewed is good for
     /// its granted TTL. `Stopped`: `stop` was notified (lockrun is
     /// finishing), whatever was in flight.
+    ///
+    /// `hedge`: ask the preferred member first and, if it has not answered
+    /// after that long, every other member too, each with the whole time
+    /// left, rather than one after the other with a share of it each.
+    /// During a leader election every member holds a renewal until there is
+    /// a leader again and then forwards it; the first to get through is the
+    /// one that counts (issue 29 item 4: shares cut short one after the
+    /// other used up the lease's deadline although the cluster had a leader
+    /// again before it). `None`: one member after the other.
     pub fn keepalive(
         &self,
         lease: i64,
         deadline: Instant,
+        hedge: Option<Duration>,
         stop: &tokio::sync::Notify,
     ) -> Result<Renewal, EtcdError> {
-        let renew = self
-            .inner
-            .call("lease keep-alive", deadline, move |mut c| async move {
-                match c.lease_keep_alive(lease).await {
-                    Ok(_) => Ok(true),
-                    Err(ec::Error::LeaseKeepAliveError(m)) if m == LEASE_NOT_FOUND => Ok(false),
-                    Err(e) => Err(e),
-                }
-            });
-        match self.unless_stopped(stop, renew) {
+        let op = move |mut c: ec::Client| async move {
+            match c.lease_keep_alive(lease).await {
+                Ok(_) => Ok(true),
+                Err(ec::Error::LeaseKeepAliveError(m)) if m == LEASE_NOT_FOUND => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        let renewed = match hedge {
+            Some(hedge) if self.inner.members.len() > 1 => self.unless_stopped(
+                stop,
+                self.inner.call_all("lease keep-alive", deadline, hedge, op),
+            ),
+            _ => self.unless_stopped(stop, self.inner.call("lease keep-alive", deadline, op)),
+        };
+        match renewed {
             None => Ok(Renewal::Stopped),
             Some(Ok(true)) => Ok(Renewal::Renewed),
             Some(Ok(false)) => Ok(Renewal::Expired),
@@ -369,7 +384,7 @@ impl Client {
     /// Watches our held key (kept open in `watch` between calls) until
     /// `until`, so that its deletion (a revoked or expired lease, a key
     /// deleted by hand) is seen the moment etcd applies it rather than at
-    /// the next renewal, TTL/3 later. Only etcd's own events count: a
+    /// the next renewal, TTL/6 later. Only etcd's own events count: a
     /// failing member is `Failed`, and the renewals judge the lease.
     pub fn watch_held(
         &self,
@@ -975,6 +990,97 @@ impl Inner {
             "cannot reach etcd ({})",
             failures.join("; ")
         )))
+    }
+
+    /// [`Inner::call`] on every member at once, each until `deadline` (the
+    /// preferred one first, the others `hedge` later, unless it failed
+    /// before): the first answer wins, a final failure ends it, and it
+    /// fails only when every member has failed or the deadline has passed.
+    async fn call_all<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Instant,
+        hedge: Duration,
+        op: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: Fn(ec::Client) -> Fut,
+        Fut: Future<Output = Result<T, ec::Error>>,
+    {
+        type Attempt<'a, T> =
+            std::pin::Pin<Box<dyn Future<Output = Result<(usize, T), Failed>> + 'a>>;
+        let op = &op;
+        let n = self.members.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n;
+        // Ends the others' hedge early when the preferred member fails.
+        let first_failed = tokio::sync::Notify::new();
+        let first_failed = &first_failed;
+        let mut attempts: Vec<Option<Attempt<'_, T>>> = (0..n)
+            .map(|i| {
+                let at = (first + i) % n;
+                let endpoint = &self.members[at].endpoint;
+                let attempt: Attempt<'_, T> = Box::pin(async move {
+                    if i == 0 {
+                        let client = self.member(at).await;
+                        let answer = match client {
+                            Ok(client) => op(client).await.map_err(|e| self.failure(endpoint, &e)),
+                            Err(e) => Err(e),
+                        };
+                        if answer.is_err() {
+                            first_failed.notify_waiters();
+                        }
+                        return answer.map(|a| (at, a));
+                    }
+                    let _ = tokio::time::timeout(hedge, first_failed.notified()).await;
+                    let client = self.member(at).await?;
+                    op(client)
+                        .await
+                        .map(|a| (at, a))
+                        .map_err(|e| self.failure(endpoint, &e))
+                });
+                Some(attempt)
+            })
+            .collect();
+        let mut failures = Vec::new();
+        let answered = std::future::poll_fn(|cx| {
+            for slot in &mut attempts {
+                let Some(attempt) = slot else { continue };
+                match attempt.as_mut().poll(cx) {
+                    std::task::Poll::Pending => {}
+                    std::task::Poll::Ready(Ok(answer)) => {
+                        return std::task::Poll::Ready(Ok(answer));
+                    }
+                    std::task::Poll::Ready(Err(Failed::Final(message))) => {
+                        return std::task::Poll::Ready(Err(Some(message)));
+                    }
+                    std::task::Poll::Ready(Err(Failed::Member(message))) => {
+                        failures.push(message);
+                        *slot = None;
+                    }
+                }
+            }
+            if attempts.iter().all(Option::is_none) {
+                std::task::Poll::Ready(Err(None))
+            } else {
+                std::task::Poll::Pending
+            }
+        });
+        match tokio::time::timeout_at(deadline.into(), answered).await {
+            Ok(Ok((at, answer))) => {
+                self.preferred.store(at, Ordering::Relaxed);
+                Ok(answer)
+            }
+            Ok(Err(Some(message))) => Err(permanent(message)),
+            Ok(Err(None)) => Err(error(format!(
+                "cannot reach etcd ({})",
+                failures.join("; ")
+            ))),
+            Err(_) => Err(error(format!(
+                "cannot reach etcd (no member answered the {what} in time{}{})",
+                if failures.is_empty() { "" } else { "; " },
+                failures.join("; ")
+            ))),
+        }
     }
 
     /// One round of the wait. A single transaction reads the two newest

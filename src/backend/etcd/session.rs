@@ -2,7 +2,7 @@
 //! and acting when the lock is lost.
 //!
 //! A lease is etcd's promise that our key lives while we renew it. A thread
-//! renews it every TTL/3 and, once a key is held, checks that the key is
+//! renews it every TTL/6 and, once a key is held, checks that the key is
 //! still ours. The lock counts as lost when etcd says the lease is gone,
 //! when the key was deleted, or when no renewal has succeeded for a whole
 //! TTL: by then etcd may have expired the lease and given the lock to
@@ -13,7 +13,7 @@
 //! Between renewals the thread watches the held key: a revoked lease (or a
 //! key deleted by hand) shows as its deletion the moment etcd applies it,
 //! so the command stops within a watch event's delay rather than at the
-//! next renewal, up to TTL/3 later. A keep-alive that etcd answers with TTL
+//! next renewal, up to TTL/6 later. A keep-alive that etcd answers with TTL
 //! 0 (the lease is gone) is a loss at once too, never a failure to retry.
 
 use super::client::{Client, HeldWatch, Renewal, Watched};
@@ -166,10 +166,17 @@ fn keep_alive(
     grace: Duration,
     cancel: &tokio::sync::Notify,
 ) {
-    let interval = (ttl / 3).max(Duration::from_millis(100));
+    // Every TTL/6, not etcd's own TTL/3: lockrun's deadline is the last
+    // renewal that got through plus the TTL, so when etcd stops answering
+    // (a leader election, a member stopped) the lease has 5/6 of its TTL
+    // left rather than 2/3, and a spell without a leader that short never
+    // stops the command (issue 29 item 4). A renewal is one message.
+    let interval = (ttl / 6).max(Duration::from_millis(100));
     let mut valid_until = Instant::now() + ttl;
     let mut next = Instant::now() + interval;
     let mut watch: Option<HeldWatch> = None;
+    // The last renewal failed: ask every member at once.
+    let mut failing = false;
     loop {
         // Until the next renewal: holding, watch our key, so that its
         // deletion (a revoked lease, a key deleted by hand) stops the
@@ -222,7 +229,17 @@ fn keep_alive(
             Duration::from_secs(2)
         };
         let deadline = valid_until.max(sent + floor);
-        let renewed = client.keepalive(lease, deadline, cancel);
+        // Holding, the other members are asked too once the preferred one
+        // is slow (at once after a failed renewal): see `keepalive`.
+        let hedge = holding(shared).then(|| {
+            if failing {
+                Duration::ZERO
+            } else {
+                interval.min(Duration::from_secs(1))
+            }
+        });
+        let renewed = client.keepalive(lease, deadline, hedge, cancel);
+        failing = renewed.is_err();
         if shared.lock().stop || matches!(renewed, Ok(Renewal::Stopped)) {
             // lockrun is finishing: whatever this renewal would have said
             // comes after the command's end.
