@@ -2988,3 +2988,79 @@ fn a_leaderless_spell_shorter_than_the_ttl_does_not_stop_the_holder() {
     let status = holder.wait_exit(BOUND);
     assert!(status.success(), "{status:?}: {}", stderr_of(&mut holder));
 }
+
+/// A slow link to `target`: a TCP proxy on loopback that delivers every
+/// chunk `delay` after it was read, each way (a round trip of twice
+/// `delay`, pipelined). Its threads live as long as the test process.
+fn slow_link(target: &str, delay: Duration) -> u16 {
+    use std::io::Write;
+    use std::net::TcpStream;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the slow link");
+    let port = listener.local_addr().expect("its address").port();
+    let target = target.to_owned();
+    let pipe = move |mut from: TcpStream, mut to: TcpStream| {
+        let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+        std::thread::spawn(move || {
+            let mut buf = vec![0; 65536];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0
+                    || tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for (due, chunk) in rx {
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                if to.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    };
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { break };
+            let Ok(server) = TcpStream::connect(&target) else {
+                continue;
+            };
+            let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                continue;
+            };
+            pipe(client, server);
+            pipe(s2, c2);
+        }
+    });
+    port
+}
+
+/// Issue 29 item 6: each member's share of a call was a fixed 1.5 s, so
+/// on a link with a round trip longer than that every call failed and
+/// lockrun exited 69 "cannot reach etcd" though etcd was up, whatever the
+/// TTL. The share now follows the TTL (a quarter of it): with `--ttl 30s`
+/// a 1.6 s round trip takes the lock, runs the command and releases.
+#[test]
+fn a_slow_link_works_with_a_long_enough_ttl() {
+    let Some(etcd) = Etcd::start() else { return };
+    let port = slow_link(&etcd.endpoint, Duration::from_millis(800));
+    let url = format!("etcd://127.0.0.1:{port}/slow");
+    let out = etcd
+        .lockrun()
+        .args(["--ttl", "30s", &url, "echo", "ran"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("run lockrun");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    assert!(!stderr.contains("could not release"), "{stderr}");
+    // Released, not left to expire: the lock is free at once.
+    etcd.lockrun()
+        .args(["check", "-q", &etcd.url("slow")])
+        .assert()
+        .code(1);
+}

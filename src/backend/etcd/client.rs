@@ -25,14 +25,16 @@ use etcd_client as ec;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long an ordinary call may take before etcd counts as unreachable.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// One member's share of a call: past this, the next member is asked. A
 /// stopped or partitioned member accepts connections and never answers,
-/// so silence must count as a failure, well within a lease's TTL.
+/// so silence must count as a failure, well within a lease's TTL. The
+/// least: with a longer `--ttl` it is a quarter of the TTL (see
+/// [`Client::fit_to_ttl`]).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// A waiter's watch is silent while the holder works; this often it asks
 /// its member for a progress report, to notice a member that stopped.
@@ -204,6 +206,8 @@ struct Inner {
     access: Access,
     /// `-v`: say when a key left behind is revoked (see `revoke_abandoned`).
     verbose: AtomicBool,
+    /// One member's share of a call, in ms (see `ATTEMPT_TIMEOUT`).
+    attempt_ms: AtomicU64,
 }
 
 struct Member {
@@ -272,8 +276,28 @@ impl Client {
                 credentials,
                 access,
                 verbose: AtomicBool::new(false),
+                attempt_ms: AtomicU64::new(millis(ATTEMPT_TIMEOUT)),
             }),
         })
+    }
+
+    /// Fits each call's time to the lease's TTL (issue 29 item 6): a fixed
+    /// 1.5 s per member made etcd unusable on a slow link whatever the TTL
+    /// (a new connection and its first call take several round trips: at
+    /// 500 ms each, past 1.5 s). A member may now take up to TTL/4 (at
+    /// least 1.5 s), and a call up to three of those (at least 5 s): a
+    /// renewal, every TTL/6, still leaves time for another member before
+    /// the TTL has passed.
+    pub fn fit_to_ttl(&self, ttl: Duration) {
+        let attempt = ATTEMPT_TIMEOUT.max(ttl / 4);
+        self.inner
+            .attempt_ms
+            .store(millis(attempt), Ordering::Relaxed);
+    }
+
+    /// How long an ordinary call may take before etcd counts as unreachable.
+    pub fn call_timeout(&self) -> Duration {
+        self.inner.call_timeout()
     }
 
     /// `-v`: say what is done to keys other lockruns left behind.
@@ -325,7 +349,7 @@ impl Client {
         let secs = i64::try_from(secs).unwrap_or(i64::MAX);
         let answer = self.block_on(self.inner.call(
             "lease grant",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| async move { c.lease_grant(secs, None).await },
         ))?;
         let granted = u64::try_from(answer.ttl()).unwrap_or(0).max(1);
@@ -482,7 +506,7 @@ impl Client {
         let k = key.clone();
         let answer = self.block_on(self.inner.call(
             "lock transaction",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let txn = ec::Txn::new()
                     .when([ec::Compare::create_revision(
@@ -611,7 +635,10 @@ impl Client {
     /// Revokes the lease of a key its lockrun abandoned (see
     /// [`super::keeper`]), so that it stops blocking the lock.
     pub fn revoke_abandoned(&self, kv: &Kv) -> Result<(), EtcdError> {
-        self.block_on(self.inner.revoke(kv.lease, Instant::now() + CALL_TIMEOUT))
+        self.block_on(
+            self.inner
+                .revoke(kv.lease, Instant::now() + self.call_timeout()),
+        )
     }
 
     /// The `n` oldest keys under the lock's prefix (the holders with
@@ -620,7 +647,7 @@ impl Client {
         let prefix = format!("{name}/");
         let answer = self.block_on(self.inner.call(
             "range",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let prefix = prefix.clone();
                 async move { c.get(prefix, Some(oldest_n(n))).await }
@@ -635,7 +662,7 @@ impl Client {
         let prefix = prefix.to_owned();
         let answer = self.block_on(self.inner.call(
             "range",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let prefix = prefix.clone();
                 async move {
@@ -737,7 +764,7 @@ impl Client {
         let prefix = format!("{name}/");
         let answer = self.block_on(self.inner.call(
             "range",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let prefix = prefix.clone();
                 async move { c.get(prefix, Some(oldest())).await }
@@ -768,7 +795,7 @@ impl Client {
         let (key, value) = (key.to_owned(), value.to_vec());
         let answer = self.block_on(self.inner.call(
             "record update",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let txn = ec::Txn::new()
                     .when([ec::Compare::create_revision(
@@ -805,6 +832,14 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    fn attempt_timeout(&self) -> Duration {
+        Duration::from_millis(self.attempt_ms.load(Ordering::Relaxed))
+    }
+
+    fn call_timeout(&self) -> Duration {
+        CALL_TIMEOUT.max(self.attempt_timeout() * 3)
+    }
+
     async fn revoke(&self, lease: i64, deadline: Instant) -> Result<(), EtcdError> {
         loop {
             let result = self
@@ -850,7 +885,7 @@ impl Inner {
                     .await
                     .map_err(|e| self.failure(endpoint, &e))
             };
-            let stream = tokio::time::timeout(ATTEMPT_TIMEOUT, opened)
+            let stream = tokio::time::timeout(self.attempt_timeout(), opened)
                 .await
                 .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))??;
             w.stream = Some(stream);
@@ -922,7 +957,7 @@ impl Inner {
         let uri = format!("{scheme}://{}", member.endpoint);
         let mut endpoint = tonic::transport::Endpoint::from_shared(uri)
             .map_err(|e| Failed::Final(format!("{}: {e}", member.endpoint)))?
-            .connect_timeout(ATTEMPT_TIMEOUT)
+            .connect_timeout(self.attempt_timeout())
             .tcp_nodelay(true);
         if let Some(tls) = &self.tls {
             endpoint = endpoint
@@ -970,7 +1005,7 @@ impl Inner {
             // Time for the members still to try, shared: one that never
             // answers must leave the others enough of the deadline.
             let share = (left / u32::try_from(n - i).unwrap_or(1)).max(Duration::from_millis(100));
-            let share = share.min(ATTEMPT_TIMEOUT).min(left);
+            let share = share.min(self.attempt_timeout()).min(left);
             match tokio::time::timeout(share, attempt).await {
                 Ok(Ok(answer)) => {
                     self.preferred.store(at, Ordering::Relaxed);
@@ -1221,7 +1256,7 @@ impl Inner {
             .iter()
             .filter(|kv| super::keeper::abandoned(&kv.value))
         {
-            self.revoke(kv.lease, Instant::now() + CALL_TIMEOUT)
+            self.revoke(kv.lease, Instant::now() + self.call_timeout())
                 .await
                 .map_err(|e| Failed::Member(e.message))?;
             if self.verbose.load(Ordering::Relaxed) {
@@ -1248,7 +1283,7 @@ impl Inner {
         revision: &mut Option<i64>,
         seen_at: Option<usize>,
     ) -> Result<(Vec<Kv>, i64), Failed> {
-        let deadline = Instant::now() + CALL_TIMEOUT;
+        let deadline = Instant::now() + self.call_timeout();
         let gone = || {
             Failed::Final(format!(
                 "our lock key {ours} is gone from etcd (its lease expired or it was deleted) while it waited"
@@ -1326,7 +1361,7 @@ impl Inner {
         };
         let share = deadline
             .saturating_duration_since(Instant::now())
-            .min(ATTEMPT_TIMEOUT);
+            .min(self.attempt_timeout());
         tokio::time::timeout(share, attempt)
             .await
             .unwrap_or_else(|_| {
@@ -1365,14 +1400,17 @@ impl Inner {
         let at = self.preferred.load(Ordering::Relaxed);
         let endpoint = &self.members[at].endpoint;
         let mut client = self.member(at).await?;
-        let mut stream = tokio::time::timeout(ATTEMPT_TIMEOUT, client.watch(key, Some(options)))
-            .await
-            .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))?
-            .map_err(|e| self.failure(endpoint, &e))?;
+        let mut stream =
+            tokio::time::timeout(self.attempt_timeout(), client.watch(key, Some(options)))
+                .await
+                .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))?
+                .map_err(|e| self.failure(endpoint, &e))?;
         let mut probe_sent: Option<Instant> = None;
         loop {
             let wait = match probe_sent {
-                Some(sent) => (sent + ATTEMPT_TIMEOUT).saturating_duration_since(Instant::now()),
+                Some(sent) => {
+                    (sent + self.attempt_timeout()).saturating_duration_since(Instant::now())
+                }
                 None => WATCH_PROBE,
             };
             match tokio::time::timeout(wait, stream.message()).await {
@@ -1654,6 +1692,10 @@ fn read_password(password: &Password) -> Result<String, EtcdError> {
             Ok(text.lines().next().unwrap_or("").to_owned())
         }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `NAME/<lease id in hex>`, as etcd's lock recipe names a contender's key.

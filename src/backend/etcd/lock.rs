@@ -71,6 +71,7 @@ impl EtcdBackend {
     pub fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
         let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
         client.set_verbose(opts.settings.verbose);
+        client.fit_to_ttl(opts.ttl);
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
         let session = Session::start(
             client.clone(),
@@ -394,7 +395,7 @@ impl EtcdBackend {
             n,
             &slots::slot_of,
             &value_for,
-            Instant::now() + super::client::CALL_TIMEOUT,
+            Instant::now() + self.client.call_timeout(),
         ) {
             Ok(Some(k)) => Ok(k),
             Ok(None) => Err(self.failure(&EtcdError {
@@ -489,11 +490,13 @@ impl Held for EtcdHeld {
             (Ending::Lost(_), _) | (_, None) => None,
             (_, Some(line)) => Some((last_key.as_str(), line.as_slice())),
         };
+        // Two round trips (the handoff, then the revoke): on a slow link
+        // (issue 29 item 6) more than the fixed 2 s, so up to TTL/4.
         let released = self.client.release(
             self.lease,
             (&self.key, self.revision),
             last,
-            Instant::now() + CLEANUP_TIMEOUT,
+            Instant::now() + CLEANUP_TIMEOUT.max(self.ttl / 4),
         );
         // Once the command has ended on its own while the lock was
         // confirmed, the run's status is the command's: what became of the
