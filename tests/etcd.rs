@@ -816,8 +816,13 @@ fn a_key_gone_before_the_release_is_76_not_success() {
     etcd.etcdctl(&["del", "--prefix", "vanished/"]);
     lockrun.release();
     assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    // Either the watch on the held key saw the deletion before the command
+    // ended (issue 29 item 1), or the release found the key gone.
     let stderr = stderr_of(&mut lockrun);
-    assert!(stderr.contains("was gone from etcd"), "{stderr}");
+    assert!(
+        stderr.contains("was gone from etcd") || stderr.contains("was deleted in etcd"),
+        "{stderr}"
+    );
 }
 
 /// The etcd client's runtime threads and the lease keeper run beside the
@@ -2775,4 +2780,287 @@ fn item_17_a_release_refused_for_revoked_credentials_says_so_without_retrying() 
     );
     let refused = failed_calls(&etcd, "LeaseRevoke") - before;
     assert!(refused <= 1, "{refused} refused revokes: {err}");
+}
+
+/// Lines in `file` (a command's heartbeat), 0 while it does not exist.
+fn lines_in(file: &Path) -> usize {
+    std::fs::read_to_string(file)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// Issue 29 item 1: `etcdctl lease revoke` on the holder's lease. etcd
+/// deletes the key and answers the next keep-alive with TTL 0 ("lease not
+/// found"); the command, and what it started, must stop at once (76), not
+/// when lockrun's own TTL runs out. Counted, not timed: the command's
+/// child appends a line every 100 ms; after the revoke it may write a few
+/// (the guide: a stop within 1 s), not the TTL's worth (9 s, 90 lines).
+#[test]
+fn a_revoked_lease_stops_the_command_and_its_children_at_once() {
+    let Some(etcd) = Etcd::start() else { return };
+    let dir = temp_dir();
+    let beat = dir.path().join("beat");
+    let url = etcd.url("revoked");
+    let mut cmd = etcd.std_lockrun();
+    cmd.args(["--ttl", "9s", "--kill-grace", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "while :; do echo x >> \"$1\"; sleep 0.1; done </dev/null >/dev/null 2>&1 & \
+             echo ready $$ $!; wait",
+            "sh",
+        ])
+        .arg(&beat)
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let words = lockrun.expect_ready();
+    let (shell, child): (i32, i32) = (words[0].parse().unwrap(), words[1].parse().unwrap());
+    wait_for("the heartbeat", || lines_in(&beat) > 0);
+    let keys = etcd.etcdctl_out(&["get", "--prefix", "--keys-only", "revoked/"]);
+    let lease = keys
+        .lines()
+        .find_map(|k| k.strip_prefix("revoked/"))
+        .expect("the holder's key")
+        .to_owned();
+    let revoked = Instant::now();
+    etcd.etcdctl(&["lease", "revoke", &lease]);
+    let at_revoke = lines_in(&beat);
+    let status = lockrun.wait_exit(BOUND);
+    let exited = revoked.elapsed();
+    // Right when lockrun exits: nothing it started may still run.
+    let (shell_alive, child_alive) = (alive(shell), alive(child));
+    let after = lines_in(&beat) - at_revoke;
+    let stderr = stderr_of(&mut lockrun);
+    eprintln!("revoke to lockrun's exit: {exited:?}; lines written after the revoke: {after}");
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(!shell_alive, "the command {shell} outlived exit 76");
+    assert!(!child_alive, "the command's child {child} outlived exit 76");
+    assert!(
+        after <= 15,
+        "the command wrote {after} lines (100 ms apart) after its lease was revoked: {stderr}"
+    );
+    assert!(
+        stderr.contains("lost the lock") && stderr.contains("revoked"),
+        "{stderr}"
+    );
+}
+
+/// Bytes that clients sent to the server listening on `port` and that it
+/// has not read yet (the receive queues of its established connections in
+/// /proc/net/tcp): with the server stopped, a request in flight.
+fn unread_by_server(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit(':').next()?;
+            let established = *fields.get(3)? == "01";
+            let rx = fields.get(4)?.split(':').nth(1)?;
+            (established && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| u64::from_str_radix(rx, 16).ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Issue 29 item 5: the command ends on its own, with 0, while a renewal
+/// is in flight to an etcd that does not answer (stopped), well within the
+/// lease's TTL. The run's status is the command's. Before, the release
+/// waited for that renewal until the lease's deadline, which then counted
+/// as a loss: 76 for a command that had finished with 0. Synchronised on
+/// the renewal itself: etcd's socket holds bytes it has not read.
+#[test]
+fn a_command_that_ended_while_a_renewal_was_failing_keeps_its_status() {
+    let Some(etcd) = Etcd::start() else { return };
+    let port: u16 = etcd
+        .endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let url = etcd.url("ended");
+    let mut cmd = etcd.std_lockrun();
+    // TTL 2s: renewals every 2/3 s, each allowed until the lease's deadline.
+    cmd.args(["--ttl", "2s", &url, "--"])
+        .args(["sh", "-c", "echo ready; read go; exit 0"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    lockrun.expect_ready();
+    // The record is stored (no write of lockrun's main thread in flight).
+    wait_for("the record in etcd", || {
+        etcd.etcdctl_out(&["get", "--prefix", "--print-value-only", "ended/"])
+            .contains("\"pid\"")
+    });
+    etcd.signal("STOP");
+    wait_for("a renewal sent to the stopped etcd", || {
+        unread_by_server(port) > 0
+    });
+    lockrun.release();
+    let status = lockrun.wait_exit(BOUND);
+    etcd.signal("CONT");
+    let stderr = stderr_of(&mut lockrun);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("lost the lock"), "{stderr}");
+    assert!(stderr.contains("could not release"), "{stderr}");
+}
+
+/// The index of the member that leads the cluster now, if one does.
+fn leader_of(etcd: &Etcd) -> Option<usize> {
+    let all: Vec<&str> = etcd.members.iter().map(|m| m.endpoint.as_str()).collect();
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            &format!("--endpoints={}", all.join(",")),
+            "--command-timeout=1s",
+            "endpoint",
+            "status",
+            "-w",
+            "json",
+        ])
+        .output()
+        .ok()?;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let list = status.as_array()?;
+    let leader = list.first()?["Status"]["leader"].as_u64()?;
+    list.iter()
+        .position(|s| s["Status"]["header"]["member_id"].as_u64() == Some(leader))
+}
+
+/// Issue 29 item 4: two of three members (the leader among them) stopped
+/// for less than the TTL, then continued: the cluster is without a leader
+/// (no majority, then an election), so no renewal gets through, but no
+/// member can expire the lease either, and the new leader gives every
+/// lease a fresh TTL. The holder must not count that as a loss: its
+/// command runs on and ends with its own status.
+#[test]
+fn a_leaderless_spell_shorter_than_the_ttl_does_not_stop_the_holder() {
+    let Some(etcd) = Etcd::start_with(&Setup::default(), 3) else {
+        return;
+    };
+    let mut leader = None;
+    wait_for("a leader", || {
+        leader = leader_of(&etcd);
+        leader.is_some()
+    });
+    let leader = leader.expect("a leader");
+    let follower = (leader + 1) % 3;
+    let remaining = (leader + 2) % 3;
+    // The holder talks to the member left running first.
+    let url = etcd.url_via(&[remaining, leader, follower], "leaderless");
+    let (mut holder, _) = spawn_ready({
+        let mut cmd = etcd.std_lockrun();
+        cmd.args([
+            "--ttl",
+            "6s",
+            &url,
+            "sh",
+            "-c",
+            "echo ready; read x; echo done",
+        ])
+        .stderr(Stdio::piped());
+        cmd
+    });
+    let stopped = Instant::now();
+    etcd.signal_member(leader, "STOP");
+    etcd.signal_member(follower, "STOP");
+    // The fault's length (not a synchronisation): under the TTL.
+    std::thread::sleep(Duration::from_millis(2500));
+    etcd.signal_member(leader, "CONT");
+    etcd.signal_member(follower, "CONT");
+    let continued = Instant::now();
+    wait_for("a leader again", || leader_of(&etcd).is_some());
+    eprintln!("a leader again {:?} after SIGCONT", continued.elapsed());
+    // Past the moment a holder counting only its own renewals gives up
+    // (its last renewal before the stop, plus the TTL), with a margin.
+    while stopped.elapsed() < Duration::from_millis(7000) {
+        assert!(
+            !holder.has_exited(),
+            "the holder stopped: {}",
+            stderr_of(&mut holder)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    holder.release();
+    let done = holder.line(BOUND);
+    assert_eq!(done.as_deref(), Some("done"), "{}", stderr_of(&mut holder));
+    let status = holder.wait_exit(BOUND);
+    assert!(status.success(), "{status:?}: {}", stderr_of(&mut holder));
+}
+
+/// A slow link to `target`: a TCP proxy on loopback that delivers every
+/// chunk `delay` after it was read, each way (a round trip of twice
+/// `delay`, pipelined). Its threads live as long as the test process.
+fn slow_link(target: &str, delay: Duration) -> u16 {
+    use std::io::Write;
+    use std::net::TcpStream;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the slow link");
+    let port = listener.local_addr().expect("its address").port();
+    let target = target.to_owned();
+    let pipe = move |mut from: TcpStream, mut to: TcpStream| {
+        let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+        std::thread::spawn(move || {
+            let mut buf = vec![0; 65536];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0
+                    || tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for (due, chunk) in rx {
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                if to.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    };
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { break };
+            let Ok(server) = TcpStream::connect(&target) else {
+                continue;
+            };
+            let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                continue;
+            };
+            pipe(client, server);
+            pipe(s2, c2);
+        }
+    });
+    port
+}
+
+/// Issue 29 item 6: each member's share of a call was a fixed 1.5 s, so
+/// on a link with a round trip longer than that every call failed and
+/// lockrun exited 69 "cannot reach etcd" though etcd was up, whatever the
+/// TTL. The share now follows the TTL (a quarter of it): with `--ttl 30s`
+/// a 1.6 s round trip takes the lock, runs the command and releases.
+#[test]
+fn a_slow_link_works_with_a_long_enough_ttl() {
+    let Some(etcd) = Etcd::start() else { return };
+    let port = slow_link(&etcd.endpoint, Duration::from_millis(800));
+    let url = format!("etcd://127.0.0.1:{port}/slow");
+    let out = etcd
+        .lockrun()
+        .args(["--ttl", "30s", &url, "echo", "ran"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("run lockrun");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    assert!(!stderr.contains("could not release"), "{stderr}");
+    // Released, not left to expire: the lock is free at once.
+    etcd.lockrun()
+        .args(["check", "-q", &etcd.url("slow")])
+        .assert()
+        .code(1);
 }

@@ -25,14 +25,16 @@ use etcd_client as ec;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long an ordinary call may take before etcd counts as unreachable.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// One member's share of a call: past this, the next member is asked. A
 /// stopped or partitioned member accepts connections and never answers,
-/// so silence must count as a failure, well within a lease's TTL.
+/// so silence must count as a failure, well within a lease's TTL. The
+/// least: with a longer `--ttl` it is a quarter of the TTL (see
+/// [`Client::fit_to_ttl`]).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// A waiter's watch is silent while the holder works; this often it asks
 /// its member for a progress report, to notice a member that stopped.
@@ -106,6 +108,54 @@ pub enum Released {
     AlreadyGone,
 }
 
+/// What the client crate says for a keep-alive answered with TTL <= 0.
+const LEASE_NOT_FOUND: &str = "lease not found";
+
+/// How one renewal ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    /// etcd says the lease no longer exists.
+    Expired,
+    /// lockrun is finishing: not an answer.
+    Stopped,
+}
+
+/// How a watch on the held key ended.
+pub enum Watched {
+    /// Nothing happened to the key until the time given.
+    Quiet,
+    /// The key was deleted or is no longer ours: the lock is lost.
+    Gone(String),
+    /// lockrun is finishing.
+    Stopped,
+    /// The member failed (or the watch was cancelled): try again.
+    Failed,
+}
+
+/// The watch on our held key, kept across renewals.
+pub struct HeldWatch {
+    key: String,
+    /// Our key's creation revision.
+    revision: i64,
+    /// The revision to watch from: every change after the last one seen.
+    from: i64,
+    stream: Option<ec::WatchStream>,
+}
+
+impl HeldWatch {
+    /// From our key's creation on: nothing that happened to it since (even
+    /// before this watch exists) is missed.
+    pub fn new(key: String, revision: i64) -> HeldWatch {
+        HeldWatch {
+            key,
+            revision,
+            from: revision,
+            stream: None,
+        }
+    }
+}
+
 /// The outcome of one attempt at the lock.
 pub enum Attempt {
     /// Our key is the oldest: the lock is ours; `revision` is our key's
@@ -156,6 +206,8 @@ struct Inner {
     access: Access,
     /// `-v`: say when a key left behind is revoked (see `revoke_abandoned`).
     verbose: AtomicBool,
+    /// One member's share of a call, in ms (see `ATTEMPT_TIMEOUT`).
+    attempt_ms: AtomicU64,
 }
 
 struct Member {
@@ -224,8 +276,28 @@ impl Client {
                 credentials,
                 access,
                 verbose: AtomicBool::new(false),
+                attempt_ms: AtomicU64::new(millis(ATTEMPT_TIMEOUT)),
             }),
         })
+    }
+
+    /// Fits each call's time to the lease's TTL (issue 29 item 6): a fixed
+    /// 1.5 s per member made etcd unusable on a slow link whatever the TTL
+    /// (a new connection and its first call take several round trips: at
+    /// 500 ms each, past 1.5 s). A member may now take up to TTL/4 (at
+    /// least 1.5 s), and a call up to three of those (at least 5 s): a
+    /// renewal, every TTL/6, still leaves time for another member before
+    /// the TTL has passed.
+    pub fn fit_to_ttl(&self, ttl: Duration) {
+        let attempt = ATTEMPT_TIMEOUT.max(ttl / 4);
+        self.inner
+            .attempt_ms
+            .store(millis(attempt), Ordering::Relaxed);
+    }
+
+    /// How long an ordinary call may take before etcd counts as unreachable.
+    pub fn call_timeout(&self) -> Duration {
+        self.inner.call_timeout()
     }
 
     /// `-v`: say what is done to keys other lockruns left behind.
@@ -250,6 +322,26 @@ impl Client {
         }
     }
 
+    /// Runs `future` until it ends (`Some`) or `stop` is notified (`None`;
+    /// a permit stored before is taken at once, so no stop is missed).
+    fn unless_stopped<F: Future>(
+        &self,
+        stop: &tokio::sync::Notify,
+        future: F,
+    ) -> Option<F::Output> {
+        self.block_on(async {
+            let mut future = std::pin::pin!(future);
+            let mut stopped = std::pin::pin!(stop.notified());
+            std::future::poll_fn(|cx| {
+                if stopped.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(None);
+                }
+                future.as_mut().poll(cx).map(Some)
+            })
+            .await
+        })
+    }
+
     /// Grants a lease; returns its id and the TTL etcd granted (which may
     /// be longer than asked: etcd has a minimum).
     pub fn grant(&self, ttl: Duration) -> Result<(i64, Duration), EtcdError> {
@@ -257,31 +349,79 @@ impl Client {
         let secs = i64::try_from(secs).unwrap_or(i64::MAX);
         let answer = self.block_on(self.inner.call(
             "lease grant",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| async move { c.lease_grant(secs, None).await },
         ))?;
         let granted = u64::try_from(answer.ttl()).unwrap_or(0).max(1);
         Ok((answer.id(), Duration::from_secs(granted)))
     }
 
-    /// Renews the lease; returns the TTL it now has, or `None` when etcd
-    /// says the lease no longer exists.
-    pub fn keepalive(&self, lease: i64, deadline: Instant) -> Result<Option<Duration>, EtcdError> {
-        let ttl = self.block_on(self.inner.call(
-            "lease keep-alive",
-            deadline,
-            move |mut c| async move {
-                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
-                keeper.keep_alive().await?;
-                match answers.message().await? {
-                    Some(answer) => Ok(answer.ttl()),
-                    None => Err(ec::Error::LeaseKeepAliveError(
-                        "the member closed the keep-alive stream".into(),
-                    )),
-                }
-            },
-        ))?;
-        Ok((ttl > 0).then(|| Duration::from_secs(ttl.unsigned_abs())))
+    /// Renews the lease once. `Expired` is etcd's own answer that the lease
+    /// no longer exists (revoked, or expired): a keep-alive answered with a
+    /// TTL of 0, which etcd gives only from the leader's lessor, so it is
+    /// never a member's guess. The client crate turns that answer into an
+    /// error ("lease not found") before lockrun sees the TTL; taken as a
+    /// member failure it would have been retried until lockrun's own
+    /// deadline, with the command running on although the next holder had
+    /// started (issue 29 item 1). One round trip: the crate's opening
+    /// keep-alive is itself the renewal, and a lease renewed is good for
+    /// its granted TTL. `Stopped`: `stop` was notified (lockrun is
+    /// finishing), whatever was in flight.
+    ///
+    /// `hedge`: ask the preferred member first and, if it has not answered
+    /// after that long, every other member too, each with the whole time
+    /// left, rather than one after the other with a share of it each.
+    /// During a leader election every member holds a renewal until there is
+    /// a leader again and then forwards it; the first to get through is the
+    /// one that counts (issue 29 item 4: shares cut short one after the
+    /// other used up the lease's deadline although the cluster had a leader
+    /// again before it). `None`: one member after the other.
+    pub fn keepalive(
+        &self,
+        lease: i64,
+        deadline: Instant,
+        hedge: Option<Duration>,
+        stop: &tokio::sync::Notify,
+    ) -> Result<Renewal, EtcdError> {
+        let op = move |mut c: ec::Client| async move {
+            match c.lease_keep_alive(lease).await {
+                Ok(_) => Ok(true),
+                Err(ec::Error::LeaseKeepAliveError(m)) if m == LEASE_NOT_FOUND => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        let renewed = match hedge {
+            Some(hedge) if self.inner.members.len() > 1 => self.unless_stopped(
+                stop,
+                self.inner.call_all("lease keep-alive", deadline, hedge, op),
+            ),
+            _ => self.unless_stopped(stop, self.inner.call("lease keep-alive", deadline, op)),
+        };
+        match renewed {
+            None => Ok(Renewal::Stopped),
+            Some(Ok(true)) => Ok(Renewal::Renewed),
+            Some(Ok(false)) => Ok(Renewal::Expired),
+            Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Watches our held key (kept open in `watch` between calls) until
+    /// `until`, so that its deletion (a revoked or expired lease, a key
+    /// deleted by hand) is seen the moment etcd applies it rather than at
+    /// the next renewal, TTL/6 later. Only etcd's own events count: a
+    /// failing member is `Failed`, and the renewals judge the lease.
+    pub fn watch_held(
+        &self,
+        watch: &mut HeldWatch,
+        until: Instant,
+        stop: &tokio::sync::Notify,
+    ) -> Watched {
+        match self.unless_stopped(stop, self.inner.watch_held(watch, until)) {
+            None => Watched::Stopped,
+            Some(Ok(None)) => Watched::Quiet,
+            Some(Ok(Some(reason))) => Watched::Gone(reason),
+            Some(Err(_)) => Watched::Failed,
+        }
     }
 
     /// Revokes the lease, which deletes every key attached to it: the lock
@@ -366,7 +506,7 @@ impl Client {
         let k = key.clone();
         let answer = self.block_on(self.inner.call(
             "lock transaction",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let txn = ec::Txn::new()
                     .when([ec::Compare::create_revision(
@@ -495,7 +635,10 @@ impl Client {
     /// Revokes the lease of a key its lockrun abandoned (see
     /// [`super::keeper`]), so that it stops blocking the lock.
     pub fn revoke_abandoned(&self, kv: &Kv) -> Result<(), EtcdError> {
-        self.block_on(self.inner.revoke(kv.lease, Instant::now() + CALL_TIMEOUT))
+        self.block_on(
+            self.inner
+                .revoke(kv.lease, Instant::now() + self.call_timeout()),
+        )
     }
 
     /// The `n` oldest keys under the lock's prefix (the holders with
@@ -504,7 +647,7 @@ impl Client {
         let prefix = format!("{name}/");
         let answer = self.block_on(self.inner.call(
             "range",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let prefix = prefix.clone();
                 async move { c.get(prefix, Some(oldest_n(n))).await }
@@ -519,7 +662,7 @@ impl Client {
         let prefix = prefix.to_owned();
         let answer = self.block_on(self.inner.call(
             "range",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let prefix = prefix.clone();
                 async move {
@@ -621,7 +764,7 @@ impl Client {
         let prefix = format!("{name}/");
         let answer = self.block_on(self.inner.call(
             "range",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let prefix = prefix.clone();
                 async move { c.get(prefix, Some(oldest())).await }
@@ -652,7 +795,7 @@ impl Client {
         let (key, value) = (key.to_owned(), value.to_vec());
         let answer = self.block_on(self.inner.call(
             "record update",
-            Instant::now() + CALL_TIMEOUT,
+            Instant::now() + self.call_timeout(),
             move |mut c| {
                 let txn = ec::Txn::new()
                     .when([ec::Compare::create_revision(
@@ -689,6 +832,14 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    fn attempt_timeout(&self) -> Duration {
+        Duration::from_millis(self.attempt_ms.load(Ordering::Relaxed))
+    }
+
+    fn call_timeout(&self) -> Duration {
+        CALL_TIMEOUT.max(self.attempt_timeout() * 3)
+    }
+
     async fn revoke(&self, lease: i64, deadline: Instant) -> Result<(), EtcdError> {
         loop {
             let result = self
@@ -717,6 +868,74 @@ impl Inner {
         }
     }
 
+    /// See [`Client::watch_held`]. `Ok(None)`: quiet until `until`.
+    async fn watch_held(
+        &self,
+        w: &mut HeldWatch,
+        until: Instant,
+    ) -> Result<Option<String>, Failed> {
+        if w.stream.is_none() {
+            let at = self.preferred.load(Ordering::Relaxed);
+            let endpoint = &self.members[at].endpoint;
+            let opened = async {
+                let mut client = self.member(at).await?;
+                let options = ec::WatchOptions::new().with_start_revision(w.from);
+                client
+                    .watch(w.key.clone(), Some(options))
+                    .await
+                    .map_err(|e| self.failure(endpoint, &e))
+            };
+            let stream = tokio::time::timeout(self.attempt_timeout(), opened)
+                .await
+                .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))??;
+            w.stream = Some(stream);
+        }
+        let Some(stream) = w.stream.as_mut() else {
+            return Err(Failed::Member("no watch".into()));
+        };
+        loop {
+            let answer = match tokio::time::timeout_at(until.into(), stream.message()).await {
+                Err(_) => return Ok(None),
+                Ok(Ok(Some(answer))) => answer,
+                Ok(Ok(None) | Err(_)) => {
+                    w.stream = None;
+                    return Err(Failed::Member("the watch of the held key ended".into()));
+                }
+            };
+            if answer.canceled() {
+                // Compacted past `from`: what happened before the compaction
+                // is left to the next renewal's look at the key.
+                w.from = w.from.max(answer.compact_revision());
+                w.stream = None;
+                return Err(Failed::Member(
+                    "the watch of the held key was cancelled".into(),
+                ));
+            }
+            for event in answer.events() {
+                let Some(kv) = event.kv() else { continue };
+                if kv.key() != w.key.as_bytes() {
+                    continue;
+                }
+                w.from = w.from.max(kv.mod_revision() + 1);
+                match event.event_type() {
+                    ec::EventType::Delete => {
+                        return Ok(Some(format!(
+                            "the lock key {} was deleted in etcd (its lease was revoked or expired, or the key was deleted)",
+                            w.key
+                        )));
+                    }
+                    ec::EventType::Put if kv.create_revision() != w.revision => {
+                        return Ok(Some(format!(
+                            "the lock key {} was deleted in etcd and created again by someone else",
+                            w.key
+                        )));
+                    }
+                    ec::EventType::Put => {}
+                }
+            }
+        }
+    }
+
     async fn put(&self, key: &str, value: &[u8], deadline: Instant) -> Result<(), EtcdError> {
         let (key, value) = (key.to_owned(), value.to_vec());
         self.call("put", deadline, move |mut c| {
@@ -738,7 +957,7 @@ impl Inner {
         let uri = format!("{scheme}://{}", member.endpoint);
         let mut endpoint = tonic::transport::Endpoint::from_shared(uri)
             .map_err(|e| Failed::Final(format!("{}: {e}", member.endpoint)))?
-            .connect_timeout(ATTEMPT_TIMEOUT)
+            .connect_timeout(self.attempt_timeout())
             .tcp_nodelay(true);
         if let Some(tls) = &self.tls {
             endpoint = endpoint
@@ -786,7 +1005,7 @@ impl Inner {
             // Time for the members still to try, shared: one that never
             // answers must leave the others enough of the deadline.
             let share = (left / u32::try_from(n - i).unwrap_or(1)).max(Duration::from_millis(100));
-            let share = share.min(ATTEMPT_TIMEOUT).min(left);
+            let share = share.min(self.attempt_timeout()).min(left);
             match tokio::time::timeout(share, attempt).await {
                 Ok(Ok(answer)) => {
                     self.preferred.store(at, Ordering::Relaxed);
@@ -806,6 +1025,97 @@ impl Inner {
             "cannot reach etcd ({})",
             failures.join("; ")
         )))
+    }
+
+    /// [`Inner::call`] on every member at once, each until `deadline` (the
+    /// preferred one first, the others `hedge` later, unless it failed
+    /// before): the first answer wins, a final failure ends it, and it
+    /// fails only when every member has failed or the deadline has passed.
+    async fn call_all<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Instant,
+        hedge: Duration,
+        op: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: Fn(ec::Client) -> Fut,
+        Fut: Future<Output = Result<T, ec::Error>>,
+    {
+        type Attempt<'a, T> =
+            std::pin::Pin<Box<dyn Future<Output = Result<(usize, T), Failed>> + 'a>>;
+        let op = &op;
+        let n = self.members.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n;
+        // Ends the others' hedge early when the preferred member fails.
+        let first_failed = tokio::sync::Notify::new();
+        let first_failed = &first_failed;
+        let mut attempts: Vec<Option<Attempt<'_, T>>> = (0..n)
+            .map(|i| {
+                let at = (first + i) % n;
+                let endpoint = &self.members[at].endpoint;
+                let attempt: Attempt<'_, T> = Box::pin(async move {
+                    if i == 0 {
+                        let client = self.member(at).await;
+                        let answer = match client {
+                            Ok(client) => op(client).await.map_err(|e| self.failure(endpoint, &e)),
+                            Err(e) => Err(e),
+                        };
+                        if answer.is_err() {
+                            first_failed.notify_waiters();
+                        }
+                        return answer.map(|a| (at, a));
+                    }
+                    let _ = tokio::time::timeout(hedge, first_failed.notified()).await;
+                    let client = self.member(at).await?;
+                    op(client)
+                        .await
+                        .map(|a| (at, a))
+                        .map_err(|e| self.failure(endpoint, &e))
+                });
+                Some(attempt)
+            })
+            .collect();
+        let mut failures = Vec::new();
+        let answered = std::future::poll_fn(|cx| {
+            for slot in &mut attempts {
+                let Some(attempt) = slot else { continue };
+                match attempt.as_mut().poll(cx) {
+                    std::task::Poll::Pending => {}
+                    std::task::Poll::Ready(Ok(answer)) => {
+                        return std::task::Poll::Ready(Ok(answer));
+                    }
+                    std::task::Poll::Ready(Err(Failed::Final(message))) => {
+                        return std::task::Poll::Ready(Err(Some(message)));
+                    }
+                    std::task::Poll::Ready(Err(Failed::Member(message))) => {
+                        failures.push(message);
+                        *slot = None;
+                    }
+                }
+            }
+            if attempts.iter().all(Option::is_none) {
+                std::task::Poll::Ready(Err(None))
+            } else {
+                std::task::Poll::Pending
+            }
+        });
+        match tokio::time::timeout_at(deadline.into(), answered).await {
+            Ok(Ok((at, answer))) => {
+                self.preferred.store(at, Ordering::Relaxed);
+                Ok(answer)
+            }
+            Ok(Err(Some(message))) => Err(permanent(message)),
+            Ok(Err(None)) => Err(error(format!(
+                "cannot reach etcd ({})",
+                failures.join("; ")
+            ))),
+            Err(_) => Err(error(format!(
+                "cannot reach etcd (no member answered the {what} in time{}{})",
+                if failures.is_empty() { "" } else { "; " },
+                failures.join("; ")
+            ))),
+        }
     }
 
     /// One round of the wait. A single transaction reads the two newest
@@ -946,7 +1256,7 @@ impl Inner {
             .iter()
             .filter(|kv| super::keeper::abandoned(&kv.value))
         {
-            self.revoke(kv.lease, Instant::now() + CALL_TIMEOUT)
+            self.revoke(kv.lease, Instant::now() + self.call_timeout())
                 .await
                 .map_err(|e| Failed::Member(e.message))?;
             if self.verbose.load(Ordering::Relaxed) {
@@ -973,7 +1283,7 @@ impl Inner {
         revision: &mut Option<i64>,
         seen_at: Option<usize>,
     ) -> Result<(Vec<Kv>, i64), Failed> {
-        let deadline = Instant::now() + CALL_TIMEOUT;
+        let deadline = Instant::now() + self.call_timeout();
         let gone = || {
             Failed::Final(format!(
                 "our lock key {ours} is gone from etcd (its lease expired or it was deleted) while it waited"
@@ -1051,7 +1361,7 @@ impl Inner {
         };
         let share = deadline
             .saturating_duration_since(Instant::now())
-            .min(ATTEMPT_TIMEOUT);
+            .min(self.attempt_timeout());
         tokio::time::timeout(share, attempt)
             .await
             .unwrap_or_else(|_| {
@@ -1090,14 +1400,17 @@ impl Inner {
         let at = self.preferred.load(Ordering::Relaxed);
         let endpoint = &self.members[at].endpoint;
         let mut client = self.member(at).await?;
-        let mut stream = tokio::time::timeout(ATTEMPT_TIMEOUT, client.watch(key, Some(options)))
-            .await
-            .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))?
-            .map_err(|e| self.failure(endpoint, &e))?;
+        let mut stream =
+            tokio::time::timeout(self.attempt_timeout(), client.watch(key, Some(options)))
+                .await
+                .map_err(|_| Failed::Member(format!("{endpoint}: no answer to the watch")))?
+                .map_err(|e| self.failure(endpoint, &e))?;
         let mut probe_sent: Option<Instant> = None;
         loop {
             let wait = match probe_sent {
-                Some(sent) => (sent + ATTEMPT_TIMEOUT).saturating_duration_since(Instant::now()),
+                Some(sent) => {
+                    (sent + self.attempt_timeout()).saturating_duration_since(Instant::now())
+                }
                 None => WATCH_PROBE,
             };
             match tokio::time::timeout(wait, stream.message()).await {
@@ -1379,6 +1692,10 @@ fn read_password(password: &Password) -> Result<String, EtcdError> {
             Ok(text.lines().next().unwrap_or("").to_owned())
         }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `NAME/<lease id in hex>`, as etcd's lock recipe names a contender's key.

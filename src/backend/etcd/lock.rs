@@ -14,7 +14,7 @@
 
 use super::RunOptions;
 use super::client::{Attempt, Client, EtcdError, Kv, key_for};
-use super::session::Session;
+use super::session::{Ending, Session};
 use super::{keeper, slots};
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
@@ -71,6 +71,7 @@ impl EtcdBackend {
     pub fn start(opts: &RunOptions, label: &str) -> Result<EtcdBackend, Failure> {
         let client = Client::new(&opts.url).map_err(|e| unavailable(label, &e))?;
         client.set_verbose(opts.settings.verbose);
+        client.fit_to_ttl(opts.ttl);
         let (lease, ttl) = client.grant(opts.ttl).map_err(|e| unavailable(label, &e))?;
         let session = Session::start(
             client.clone(),
@@ -394,7 +395,7 @@ impl EtcdBackend {
             n,
             &slots::slot_of,
             &value_for,
-            Instant::now() + super::client::CALL_TIMEOUT,
+            Instant::now() + self.client.call_timeout(),
         ) {
             Ok(Some(k)) => Ok(k),
             Ok(None) => Err(self.failure(&EtcdError {
@@ -479,29 +480,49 @@ impl Held for EtcdHeld {
     }
 
     fn release(self) -> Result<(), String> {
-        let lost = self.session.finish();
+        let ending = self.session.finish();
         let last_key = match self.slot {
             Some((_, k)) => slots::last_key(&self.name, k),
             None => self.name.clone(),
         };
-        let last = match (&lost, &self.last) {
-            (None, Some(line)) => Some((last_key.as_str(), line.as_slice())),
-            _ => None,
+        // The transaction stores it only while our key is still ours.
+        let last = match (&ending, &self.last) {
+            (Ending::Lost(_), _) | (_, None) => None,
+            (_, Some(line)) => Some((last_key.as_str(), line.as_slice())),
         };
+        // Two round trips (the handoff, then the revoke): on a slow link
+        // (issue 29 item 6) more than the fixed 2 s, so up to TTL/4.
         let released = self.client.release(
             self.lease,
             (&self.key, self.revision),
             last,
-            Instant::now() + CLEANUP_TIMEOUT,
+            Instant::now() + CLEANUP_TIMEOUT.max(self.ttl / 4),
         );
-        if let Some(reason) = lost {
-            return Err(reason);
+        // Once the command has ended on its own while the lock was
+        // confirmed, the run's status is the command's: what became of the
+        // lock afterwards is said, never made its exit status (issue 29
+        // item 5: 76 for a command that had finished with 0).
+        let warn = |reason: &str| {
+            crate::say!(
+                "lockrun: warning: the lock {} could not be confirmed after the command ended on its own (its status is kept): {reason}",
+                self.name
+            );
+        };
+        match ending {
+            Ending::Lost(reason) => return Err(reason),
+            Ending::Unconfirmed(reason) => {
+                warn(&reason);
+                return Ok(());
+            }
+            Ending::Held => {}
         }
         match released {
             Ok(super::client::Released::Ours) => {}
+            // Gone at the release, at a moment nobody can tell: perhaps
+            // while the command ran.
             Ok(super::client::Released::AlreadyGone) => {
                 return Err(format!(
-                    "the lock key {} was gone from etcd when the command ended (its lease expired before a renewal got through), so another holder may have had the lock meanwhile",
+                    "the lock key {} was gone from etcd when the command ended (its lease expired or was revoked, or the key was deleted), so another holder may have had the lock meanwhile",
                     self.key
                 ));
             }
