@@ -910,8 +910,15 @@ fn run_invocation(
     etcd_args: EtcdArgs,
     as_flock: bool,
 ) -> Result<Invocation, Failure> {
+    // As flock, flock's usage (no holder, no check) and flock's name.
     let usage = |message: &str| {
-        usage_failure(Cli::command().error(ErrorKind::MissingRequiredArgument, message))
+        let (mut cmd, name) = if as_flock {
+            (flock_command(), "flock")
+        } else {
+            (Cli::command(), "lockrun")
+        };
+        let message = message.replace("lockrun LOCKFILE", &format!("{name} LOCKFILE"));
+        usage_failure(cmd.error(ErrorKind::MissingRequiredArgument, message))
     };
     let mode = if args.shared {
         LockMode::Shared

@@ -1085,3 +1085,19 @@ fn as_flock_an_empty_file_of_another_program_is_never_written() {
     assert_eq!(record_json(&theirs)["exit"], serde_json::json!({"code": 0}));
     assert!(record_json(&theirs)["released_at"].is_string());
 }
+
+/// As flock, a usage error shows flock's usage, which has no holder or
+/// check, and names flock (issue 32 item 6).
+#[test]
+fn as_flock_usage_errors_show_flocks_usage() {
+    let dir = temp_dir();
+    let link = dir.path().join("flock");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    for args in [&[][..], &["-n"], &[dir.path().to_str().unwrap()]] {
+        let out = Command::new(&link).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Usage: flock "), "{args:?}: {err}");
+        assert!(!err.contains("holder") && !err.contains("lockrun"), "{args:?}: {err}");
+    }
+}
