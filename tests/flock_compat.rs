@@ -1098,6 +1098,9 @@ fn as_flock_usage_errors_show_flocks_usage() {
         assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("Usage: flock "), "{args:?}: {err}");
-        assert!(!err.contains("holder") && !err.contains("lockrun"), "{args:?}: {err}");
+        assert!(
+            !err.contains("holder") && !err.contains("lockrun"),
+            "{args:?}: {err}"
+        );
     }
 }

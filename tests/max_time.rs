@@ -327,3 +327,33 @@ fn max_time_stops_a_command_that_ignores_sigterm_and_keeps_forking() {
     );
     try_lock_now(&lock).success();
 }
+
+/// Stopping the command must not signal its caller: in an orphaned process
+/// group (a script started by setsid, many cron jobs), the kernel answers
+/// an exit from a group with a stopped member with SIGHUP to the whole
+/// group, the caller included. A freeze with SIGSTOP before the SIGKILL
+/// (the first fix of the forking command) killed the calling script so.
+#[test]
+fn max_time_in_an_orphaned_process_group_leaves_the_caller_alone() {
+    if !needs("setsid", "a session of its own, as cron gives a job") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = std::process::Command::new("timeout")
+        .args(["20", "setsid", "-w", "sh", "-c"])
+        .arg(
+            // The session leader's group is orphaned; the script that runs
+            // lockrun is a member of it, as is the command.
+            r#"sh -c '"$T" --max-time 300ms --kill-grace 100ms "$L" -- sh -c "trap \"\" TERM; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do sleep 100 & done; wait"; echo "caller alive: $?"'; echo "session alive""#,
+        )
+        .env("T", bin())
+        .env("L", &lock)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "caller alive: 124\nsession alive\n",
+        "{out:?}"
+    );
+}

@@ -116,11 +116,17 @@ fn wait_any(_targets: &[Target], timeout: Duration) {
 ///
 /// A command that ignores SIGTERM and keeps forking defeats a single scan
 /// followed by a single SIGKILL pass: what it forks between the two is
-/// missed. So everything found is first frozen (SIGSTOP; a fork under way
-/// when the signal arrives is abandoned by the kernel, so a stopped process
-/// forks no more) and `more` asked again until it finds nothing new; only
-/// then is the frozen set killed. The whole is repeated, bounded, until
-/// `more` finds nothing alive.
+/// missed. So SIGKILL goes to everything found, and `more` is asked again
+/// at once, until it finds nothing new alive (bounded): a process with a
+/// SIGKILL pending forks no more (the kernel abandons a fork under way), so
+/// each pass can only find what the last generation forked before it was
+/// killed, and the passes end. Then a bounded wait for them all to go.
+///
+/// Not a freeze with SIGSTOP first: in an orphaned process group (a
+/// script started by `setsid`, many cron jobs, a daemon's children), the
+/// kernel answers any exit from a group that has a stopped member with
+/// SIGHUP and SIGCONT to the whole group, and the command's group is
+/// usually its caller's: the calling script would get a SIGHUP.
 pub fn stop_all(
     targets: Vec<Target>,
     grace: Duration,
@@ -136,24 +142,22 @@ pub fn stop_all(
         .checked_add(grace)
         .unwrap_or_else(Instant::now);
     let mut alive = wait_exited(targets, until);
-    // Each round freezes and kills one generation and what it forked
-    // before it stopped; a few rounds suffice, the bound is for a process
-    // the kernel keeps showing (one stuck in uninterruptible sleep).
+    // Each round kills what is alive and what it forked before its
+    // SIGKILL; a few rounds suffice, the bound is for a process the kernel
+    // keeps showing (one stuck in uninterruptible sleep).
     for _ in 0..ROUNDS {
-        let frozen = freeze(alive, &more);
-        if frozen.is_empty() {
+        let killed = kill_until_none_new(alive, &more);
+        if killed.is_empty() {
             break;
         }
-        for target in &frozen {
-            if target.signal(libc::SIGKILL).is_ok() {
-                match stopped.iter_mut().find(|(pid, _)| *pid == target.pid) {
-                    Some(entry) => entry.1 = libc::SIGKILL,
-                    None => stopped.push((target.pid, libc::SIGKILL)),
-                }
+        for target in &killed {
+            match stopped.iter_mut().find(|(pid, _)| *pid == target.pid) {
+                Some(entry) => entry.1 = libc::SIGKILL,
+                None => stopped.push((target.pid, libc::SIGKILL)),
             }
         }
         // SIGKILL cannot be refused; wait (bounded) for the lock to be let go.
-        let left = wait_exited(frozen, Instant::now() + Duration::from_secs(5));
+        let left = wait_exited(killed, Instant::now() + Duration::from_secs(5));
         if !left.is_empty() {
             // Still there after 5 s: stuck in the kernel, where nothing
             // lockrun sends can hurry it.
@@ -164,17 +168,18 @@ pub fn stop_all(
     stopped
 }
 
-/// How many freeze-and-kill rounds [`stop_all`] makes at most.
+/// How many kill rounds [`stop_all`] makes at most.
 const ROUNDS: usize = 200;
 
-/// SIGSTOP to `alive` and to everything `more` finds, asking `more` again
-/// until it finds no one new (bounded); returns them all, still alive.
-fn freeze(alive: Vec<Target>, more: &impl Fn() -> Vec<Target>) -> Vec<Target> {
-    let mut frozen: Vec<Target> = Vec::new();
+/// SIGKILL to `alive` and to everything `more` finds, asking `more` again
+/// until it finds no one new alive (bounded); returns those the signal
+/// reached.
+fn kill_until_none_new(alive: Vec<Target>, more: &impl Fn() -> Vec<Target>) -> Vec<Target> {
+    let mut killed: Vec<Target> = Vec::new();
     let mut new = alive;
     for _ in 0..ROUNDS {
         for extra in more() {
-            if !frozen.iter().chain(&new).any(|t| t.pid == extra.pid) {
+            if !killed.iter().chain(&new).any(|t| t.pid == extra.pid) {
                 new.push(extra);
             }
         }
@@ -182,14 +187,13 @@ fn freeze(alive: Vec<Target>, more: &impl Fn() -> Vec<Target>) -> Vec<Target> {
         if new.is_empty() {
             break;
         }
-        for target in &new {
-            let _ = target.signal(libc::SIGSTOP);
+        for target in new.drain(..) {
+            if target.signal(libc::SIGKILL).is_ok() {
+                killed.push(target);
+            }
         }
-        frozen.append(&mut new);
     }
-    frozen.append(&mut new);
-    frozen.retain(|t| !t.exited());
-    frozen
+    killed
 }
 
 /// Where the command will run: in lockrun's process group, which lockrun
