@@ -1360,7 +1360,7 @@ fn cluster_member_failure(signal: &str) {
         let mut cmd = etcd.std_lockrun();
         cmd.args([
             "--ttl",
-            "4s",
+            "8s",
             &via_0,
             "sh",
             "-c",
@@ -1374,7 +1374,7 @@ fn cluster_member_failure(signal: &str) {
         let mut cmd = etcd.std_lockrun();
         cmd.args([
             "--ttl",
-            "4s",
+            "8s",
             "-w",
             "60",
             &via_2,
@@ -1389,8 +1389,12 @@ fn cluster_member_failure(signal: &str) {
     });
     etcd.signal_member(0, signal);
     // Over two TTLs: without a renewal through another member, etcd would
-    // have expired the lease and handed the lock to the waiter.
-    let until = Instant::now() + Duration::from_secs(9);
+    // have expired the lease and handed the lock to the waiter. The TTL is
+    // 8s, not 4s: when the stopped member is the leader, the election that
+    // follows took more than the 5/6 of a 4s TTL lockrun tolerates without
+    // a renewal (docs/LOCK-URLS.md) in 2 of 2 CI runs on this 2-core
+    // machine, though in none of 8 runs by hand.
+    let until = Instant::now() + Duration::from_secs(17);
     while Instant::now() < until {
         let json = holder_json_with(&etcd, &via_1);
         if json["state"] == "held" {
