@@ -98,27 +98,7 @@ fn held(report: &Report, path: &str) -> String {
             .or(report.holders.first())
             .and_then(|h| h.span.as_ref());
         let mut text = format!("{path}: held ({mode}) by {}{}", who(record), span(kind));
-        if let Some(user) = &record.user {
-            let _ = write!(text, ", user {}", escape(user));
-        }
-        if let Some(host) = &record.host {
-            let _ = write!(text, ", host {}", escape(host));
-        }
-        text.push_str("\n ");
-        if let Some(t) = record.acquired_at.as_deref().and_then(display::parse_time) {
-            let _ = write!(
-                text,
-                " since {} ({}),",
-                display::date_time(t),
-                display::ago(t)
-            );
-        }
-        match record.lockrun_pid {
-            Some(via) if !record.ran_in_place() => {
-                let _ = write!(text, " via lockrun pid {via}");
-            }
-            _ => text.push_str(" lockrun exec'd the command in place"),
-        }
+        recorded_holder(&mut text, record, "\n ");
         if let Some(limit) = &record.max_time {
             let _ = write!(text, "\n  {}", stops_at(record, limit));
         }
@@ -243,27 +223,7 @@ fn held_by_several(report: &Report, path: &str, locks: &[Vec<&Holder>]) -> Strin
         if let Some(record) = recorded {
             record_shown = true;
             let _ = write!(text, "\n  {what} ({mode}): {}", who(record));
-            if let Some(user) = &record.user {
-                let _ = write!(text, ", user {}", escape(user));
-            }
-            if let Some(host) = &record.host {
-                let _ = write!(text, ", host {}", escape(host));
-            }
-            text.push_str("\n   ");
-            if let Some(t) = record.acquired_at.as_deref().and_then(display::parse_time) {
-                let _ = write!(
-                    text,
-                    " since {} ({}),",
-                    display::date_time(t),
-                    display::ago(t)
-                );
-            }
-            match record.lockrun_pid {
-                Some(via) if !record.ran_in_place() => {
-                    let _ = write!(text, " via lockrun pid {via}");
-                }
-                _ => text.push_str(" lockrun exec'd the command in place"),
-            }
+            recorded_holder(&mut text, record, "\n   ");
             for other in lock.iter().filter(|h| {
                 Some(i64::from(h.pid)) != record.pid && Some(i64::from(h.pid)) != record.lockrun_pid
             }) {
@@ -515,4 +475,31 @@ fn with_slots(report: &Report, path: &str, slots: &[Report]) -> String {
         );
     }
     out
+}
+
+/// What a record adds about its holder, for one lock or one of several:
+/// `, user U, host H`, then on the next line (`indent`) since when and
+/// through which lockrun.
+fn recorded_holder(text: &mut String, record: &Record, indent: &str) {
+    if let Some(user) = &record.user {
+        let _ = write!(text, ", user {}", escape(user));
+    }
+    if let Some(host) = &record.host {
+        let _ = write!(text, ", host {}", escape(host));
+    }
+    text.push_str(indent);
+    if let Some(t) = record.acquired_at.as_deref().and_then(display::parse_time) {
+        let _ = write!(
+            text,
+            " since {} ({}),",
+            display::date_time(t),
+            display::ago(t)
+        );
+    }
+    match record.lockrun_pid {
+        Some(via) if !record.ran_in_place() => {
+            let _ = write!(text, " via lockrun pid {via}");
+        }
+        _ => text.push_str(" lockrun exec'd the command in place"),
+    }
 }

@@ -422,10 +422,21 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
 /// every process: one list per file, in the order given. A `--slots`
 /// lock's files are looked at together, so that `holder` scans the
 /// processes once whatever the number of slots (issue 26 item 14).
+/// Every process's pid as /proc lists them now; `None` without /proc.
+fn process_ids() -> Option<impl Iterator<Item = i32>> {
+    let procs = fs::read_dir("/proc").ok()?;
+    Some(procs.flatten().filter_map(|entry| {
+        entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+    }))
+}
+
 pub fn fd_holders_of(files: &[(u64, u64)]) -> (Vec<Vec<FdHolder>>, bool) {
     let mut holders: Vec<Vec<FdHolder>> = files.iter().map(|_| Vec::new()).collect();
     let mut complete = true;
-    let Ok(procs) = fs::read_dir("/proc") else {
+    let Some(procs) = process_ids() else {
         return (holders, false);
     };
     let index: std::collections::HashMap<(u64, u64), usize> = files
@@ -433,14 +444,7 @@ pub fn fd_holders_of(files: &[(u64, u64)]) -> (Vec<Vec<FdHolder>>, bool) {
         .enumerate()
         .map(|(i, &file)| (file, i))
         .collect();
-    for entry in procs.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in procs {
         match process_locks_of(pid, &index) {
             Ok(locks) => {
                 for (i, lock) in locks {
@@ -542,17 +546,10 @@ pub fn sharing_description(ours: std::os::fd::BorrowedFd<'_>, dev: u64, ino: u64
     use std::os::fd::AsRawFd;
     let me = std::process::id() as i32;
     let mut found = Vec::new();
-    let Ok(procs) = fs::read_dir("/proc") else {
+    let Some(procs) = process_ids() else {
         return found;
     };
-    for entry in procs.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in procs {
         if pid == me {
             continue;
         }
@@ -629,18 +626,11 @@ fn locked_by(pid: i32, fd: i32, caller: i32) -> bool {
 /// after a double fork or a setsid. Called only to stop processes.
 pub fn descendants(root: i32) -> Vec<i32> {
     let mut links: Vec<(i32, i32)> = Vec::new();
-    let Ok(procs) = fs::read_dir("/proc") else {
+    let Some(procs) = process_ids() else {
         return Vec::new();
     };
     let mut buf = [0u8; 1024];
-    for entry in procs.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in procs {
         let Some(n) = read_small(&format!("/proc/{pid}/stat"), &mut buf) else {
             continue;
         };
