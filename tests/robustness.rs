@@ -195,3 +195,53 @@ fn a_lock_granted_at_the_deadline_is_kept_or_undone_never_held_after_75() {
         try_lock_now(&lock).success();
     }
 }
+
+/// A machine with more locks than fit in one page of /proc/locks, some of
+/// them coming and going: the kernel's table then takes several read(2)
+/// calls and entries shift between them, showing one lock twice or not at
+/// all. Three shared holders are three, every time (CI saw "shared by 4
+/// processes" at 47b42a5; a churn like this one gave 73 wrong of 300).
+#[test]
+fn a_busy_lock_table_counts_each_holder_once() {
+    if !needs("python3", "a process churning locks beside the test") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let crowd = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("python3");
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/churn.py"
+    ))
+    .arg(crowd.path())
+    .args(["150", "20"]);
+    // The holders first: new locks go in at the head of the kernel's list,
+    // so the churn's then come before them, and theirs are past the first
+    // page, where the shifting shows.
+    let _shared: Vec<_> = (0..3)
+        .map(|_| Background::lockrun_holding(&["-s"], &lock, "echo ready; read x"))
+        .collect();
+    let mut churn = Background::spawn(cmd);
+    churn.expect_ready();
+    assert!(
+        std::fs::read("/proc/locks").unwrap().len() > 4096,
+        "the table fits in a page: nothing here is torn"
+    );
+    let mut wrong = Vec::new();
+    for _ in 0..200 {
+        let out = lockrun().arg("-n").arg(&lock).arg("true").output().unwrap();
+        assert_eq!(out.status.code(), Some(75));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !stderr.contains(" is held shared by 3 processes ") {
+            wrong.push(stderr);
+        }
+    }
+    churn.release();
+    assert!(
+        wrong.is_empty(),
+        "{} of 200 wrong, e.g. {}",
+        wrong.len(),
+        wrong[0]
+    );
+}
