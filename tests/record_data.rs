@@ -341,3 +341,46 @@ fn the_live_status_line_fits_the_terminal() {
         }
     }
 }
+
+/// Issue 32 item 4: on the live line the holder's age moves with the wait
+/// (it stood still between askings of who holds the lock, two seconds
+/// apart), and its time fields are shown whole or left out, never cut.
+#[test]
+fn the_live_line_shows_a_moving_age_and_whole_fields() {
+    if !needs("script", "a pseudo-terminal to test with") || !needs("stty", "to set its width") {
+        return;
+    }
+    let dir = temp_dir();
+    for cols in [80, 200] {
+        let lock = dir.path().join(format!("backup-{cols}.lock"));
+        let (_holder, _) = Background::lockrun_holding(
+            &[],
+            &lock,
+            "echo ready; exec sleep 60; : a-long-argument-for-the-holders-command",
+        );
+        let inner = format!("stty cols {cols}; {} -w 3.5 {} true", bin(), lock.display());
+        let out = Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout);
+        let mut ages = std::collections::BTreeSet::new();
+        for piece in shown.split('\r') {
+            let visible = piece.replace("\x1b[K", "");
+            if !visible.starts_with("lockrun: waiting for") {
+                continue;
+            }
+            if let Some((_, after)) = visible.split_once(" since ") {
+                let (age, _) = after
+                    .split_once(" ago)")
+                    .unwrap_or_else(|| panic!("a time cut short: {visible:?}"));
+                ages.insert(age.to_owned());
+            }
+        }
+        if cols == 200 {
+            // Refreshed every 250 ms for 2.5 s: about ten ages; a line
+            // that moved only when it asked again showed two.
+            assert!(ages.len() >= 5, "the age stood still: {ages:?}\n{shown:?}");
+        }
+    }
+}

@@ -73,14 +73,19 @@ impl WaitObserver for Progress {
                     .unwrap_or_else(|| "another process".to_owned());
                 self.holder = Some((holder, waited));
             }
-            let holder = self.holder.as_ref().map_or("", |(h, _)| h.as_str());
+            // The holder's age moves with the wait: it was true when asked,
+            // and the holder has held on since (a frozen "(1.3s ago)" for
+            // two seconds read as a clock that stopped).
+            let holder = self.holder.as_ref().map_or_else(String::new, |(h, asked)| {
+                Holder::parse(h).text(waited.saturating_sub(*asked))
+            });
             let limit = self
                 .timeout
                 .map(|t| format!(" / {}", display::span(t)))
                 .unwrap_or_default();
             let line = status_line(
                 &self.label,
-                holder,
+                &holder,
                 &format!("{}{limit}", display::span(waited)),
                 terminal_columns(),
             );
@@ -107,6 +112,59 @@ impl WaitObserver for Progress {
 fn terminal_columns() -> usize {
     use std::os::fd::AsFd;
     crate::platform::terminal_columns(std::io::stderr().as_fd()).unwrap_or(80)
+}
+
+/// A holder as a backend names it, `pid 4243 (backup.sh) since 02:00:03
+/// (13m ago)`, in the parts the live line treats apart: the age, to move
+/// it on between askings, and the time fields, which are shown whole or
+/// not at all (cut at 80 columns, "since 02:0…" said nothing true).
+struct Holder<'a> {
+    /// `pid 4243 (backup.sh)`: may be cut, with an ellipsis.
+    who: &'a str,
+    /// `02:00:03`
+    since: Option<&'a str>,
+    /// How long it had held when asked.
+    age: Option<Duration>,
+}
+
+impl<'a> Holder<'a> {
+    fn parse(text: &'a str) -> Self {
+        let plain = Holder {
+            who: text,
+            since: None,
+            age: None,
+        };
+        // `… since HH:MM:SS (SPAN ago)`, as display::holder_summary ends;
+        // anything else (a shared count, a lock URL's words) stays whole.
+        let Some(rest) = text.strip_suffix(" ago)") else {
+            return plain;
+        };
+        let Some((head, age)) = rest.rsplit_once(" (") else {
+            return plain;
+        };
+        let Some((who, since)) = head.rsplit_once(" since ") else {
+            return plain;
+        };
+        match crate::display::parse_span(age) {
+            Some(age) if !since.contains(' ') => Holder {
+                who,
+                since: Some(since),
+                age: Some(age),
+            },
+            _ => plain,
+        }
+    }
+
+    /// The whole text, `later` after it was asked.
+    fn text(&self, later: Duration) -> String {
+        match (self.since, self.age) {
+            (Some(since), Some(age)) => {
+                let age = display::span(age.saturating_add(later));
+                format!("{} since {since} ({age} ago)", self.who)
+            }
+            _ => self.who.to_owned(),
+        }
+    }
 }
 
 /// `lockrun: waiting for LABEL (held by HOLDER): 3.2s / 10s`, no wider than
@@ -139,7 +197,19 @@ fn status_line(label: &str, holder: &str, time: &str, columns: usize) -> String 
     };
     let fixed = width("lockrun: waiting for  (held by ): ") + width(time);
     let holder_room = room.saturating_sub(fixed + width(label)).max(8);
-    let holder = cut(holder, holder_room);
+    // The holder's time fields go whole, never cut: the process's name is
+    // cut first, then the time is left out.
+    let holder = if width(holder) <= holder_room {
+        holder.to_owned()
+    } else {
+        let parts = Holder::parse(holder);
+        let tail = holder.get(parts.who.len()..).unwrap_or_default();
+        if parts.since.is_some() && holder_room >= width(tail) + 12 {
+            cut(parts.who, holder_room - width(tail)) + tail
+        } else {
+            cut(parts.who, holder_room)
+        }
+    };
     let label_room = room.saturating_sub(fixed + width(&holder));
     let label = cut(label, label_room);
     let line = format!("lockrun: waiting for {label} (held by {holder}): {time}");
@@ -167,6 +237,43 @@ mod tests {
         }
         let wide = status_line(label, holder, "3.2s", 300);
         assert!(wide.contains(holder) && wide.contains(label), "{wide}");
+    }
+
+    /// Issue 32 item 4: a holder's time is shown whole or not at all, and
+    /// its age moves on between askings of who holds the lock.
+    #[test]
+    fn the_holders_time_is_whole_and_its_age_moves() {
+        let holder = "pid 4243 (backup.sh --full --with-a-long-argument) since 02:00:03 (1.3s ago)";
+        let label = "/var/lock/backup.lock";
+        for columns in [40, 60, 70, 80, 90, 100, 120] {
+            let line = status_line(label, holder, "3.2s / 10s", columns);
+            assert!(line.chars().count() < columns, "{columns}: {line}");
+            let kept = line.contains(" since 02:00:03 (1.3s ago)): 3.2s / 10s");
+            let dropped = !line.contains("since") && !line.contains(" ago");
+            assert!(kept || dropped, "{columns}: {line}");
+            // Room for the whole holder, or for its time beside a cut name.
+            if columns >= 110 {
+                assert!(kept, "{columns}: {line}");
+            }
+        }
+        let parsed = super::Holder::parse(holder);
+        assert_eq!(
+            parsed.text(std::time::Duration::from_millis(1500)),
+            "pid 4243 (backup.sh --full --with-a-long-argument) since 02:00:03 (2.8s ago)"
+        );
+        let minutes = super::Holder::parse("pid 7 (x) since 02:00:03 (13m 20s ago)");
+        assert_eq!(
+            minutes.text(std::time::Duration::from_secs(10)),
+            "pid 7 (x) since 02:00:03 (13m 30s ago)"
+        );
+        for plain in [
+            "shared by 3 processes",
+            "pid 7 (sleep 60 ago)",
+            "a holder (x ago)",
+        ] {
+            let parsed = super::Holder::parse(plain);
+            assert_eq!(parsed.text(std::time::Duration::from_secs(5)), plain);
+        }
     }
 
     /// A file name in CJK or with emoji takes two columns a character: cut
