@@ -478,7 +478,7 @@ Who holds it, and is it held:
 .RS
 .EX
 lockrun holder /run/lock/backup.lock
-lockrun check \\-q /run/lock/backup.lock && echo \"backup running\"
+if lockrun check \\-q /run/lock/backup.lock; then echo \"backup running\"; fi
 .EE
 .RE
 ";
