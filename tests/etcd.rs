@@ -658,6 +658,12 @@ fn a_holder_killed_with_sigkill_loses_the_lock_when_its_lease_expires() {
     holder.wait_exit(BOUND);
     // The command does not outlive lockrun: nobody renews the lease.
     wait_for("the command to end with lockrun", || process_gone(command));
+    // The watchdog says so, on the stderr lockrun had.
+    let said = holder.stderr_text();
+    assert!(
+        said.contains(&format!("died while its command (pid {command}) ran")),
+        "{said}"
+    );
     // The lease is still alive for up to 4s, then a waiter gets the lock.
     lockrun().args(["-n", &url, "true"]).assert().code(75);
     let started = Instant::now();

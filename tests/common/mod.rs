@@ -43,6 +43,11 @@ pub struct Background {
     pub child: Child,
     lines: Receiver<String>,
     pub stdin: Option<ChildStdin>,
+    /// Where the process's stderr went when the test did not ask for it:
+    /// a file, not the test's own stderr, so that a passing run prints no
+    /// stray `lockrun:` line (a killed lockrun's watchdog, a holder's
+    /// message). Shown if the test fails.
+    stderr_log: Option<std::fs::File>,
 }
 
 impl Background {
@@ -64,7 +69,31 @@ impl Background {
             child,
             lines: rx,
             stdin,
+            stderr_log: None,
         }
+    }
+
+    /// [`Background::spawn`] with stderr kept in a file ([`Background::stderr_text`]).
+    pub fn spawn_quiet(mut cmd: Command) -> Background {
+        let log = tempfile::tempfile().expect("a file for the stderr of a background process");
+        cmd.stderr(log.try_clone().expect("a second descriptor of that file"));
+        let mut bg = Background::spawn(cmd);
+        bg.stderr_log = Some(log);
+        bg
+    }
+
+    /// What the process (and whatever inherited its stderr) wrote to
+    /// stderr so far, when started by [`Background::spawn_quiet`].
+    pub fn stderr_text(&self) -> String {
+        use std::io::{Read, Seek};
+        let Some(log) = &self.stderr_log else {
+            return String::new();
+        };
+        let mut log = log;
+        let mut text = String::new();
+        let _ = log.seek(std::io::SeekFrom::Start(0));
+        let _ = log.read_to_string(&mut text);
+        text
     }
 
     /// lockrun holding `lock` while running `sh -c SCRIPT`; waits for the
@@ -73,13 +102,18 @@ impl Background {
     pub fn lockrun_holding(args: &[&str], lock: &Path, script: &str) -> (Background, Vec<String>) {
         let mut cmd = std_lockrun();
         cmd.args(args).arg(lock).args(["--", "sh", "-c", script]);
-        let bg = Background::spawn(cmd);
+        let bg = Background::spawn_quiet(cmd);
         let words = bg.expect_ready();
         (bg, words)
     }
 
     pub fn expect_ready(&self) -> Vec<String> {
-        let line = self.line(BOUND).expect("holder never printed `ready`");
+        let line = self.line(BOUND).unwrap_or_else(|| {
+            panic!(
+                "holder never printed `ready`; its stderr: {}",
+                self.stderr_text()
+            )
+        });
         let mut words = line.split_whitespace().map(str::to_owned);
         assert_eq!(
             words.next().as_deref(),
@@ -116,6 +150,12 @@ impl Background {
 
 impl Drop for Background {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let text = self.stderr_text();
+            if !text.is_empty() {
+                eprintln!("--- stderr of background pid {}:\n{text}", self.pid());
+            }
+        }
         // Its children first (lockrun's command, a shell's lockrun): left
         // behind they would hold the lock, and the test's output pipe, long
         // after the test.
