@@ -22,6 +22,7 @@ All addresses are inside namespaces this harness creates.
 
 import argparse
 import json
+import shutil
 import os
 import random
 import signal
@@ -440,6 +441,9 @@ FAULTS = {
         "cut": dict(loss_ok=True, overlap_ok=False, ttl=4, hold=12),
         "pause": dict(loss_ok=True, overlap_ok=True, ttl=4, hold=12),
         "leader-stop": dict(loss_ok=True, overlap_ok=False, ttl=8, hold=14),   # 3.4: leader revokes on resume
+        # longer than the lease: etcd 3.4's resumed leader may revoke live
+        # leases (etcd-io/etcd#12528); lockrun must notice at once
+        "leader-stop-long": dict(loss_ok=True, overlap_ok=False, ttl=4, hold=12, stop=1.5),
         "leader-kill": dict(loss_ok=False, overlap_ok=False, ttl=8, hold=14),
         "member-stop": dict(loss_ok=False, overlap_ok=False, ttl=8, hold=14),
         "partition": dict(loss_ok=False, overlap_ok=False, ttl=8, hold=20),
@@ -496,6 +500,7 @@ def run_one(srv, backend, fault, rep, a, variant):
     ttl = a.ttl or spec["ttl"]
     rid = f"{backend}-{fault}-{variant}-{rep}"
     d = os.path.join(a.out, rid)
+    shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d, exist_ok=True)
     fence = os.path.join(d, "fence")
     os.makedirs(fence, exist_ok=True)
@@ -581,7 +586,7 @@ def run_one(srv, backend, fault, rep, a, variant):
             time.sleep(fault_len)
             signal_all(pids + descendants(lp), signal.SIGCONT)
             ev("heal")
-        elif fault in ("leader-stop", "leader-kill", "member-stop"):
+        elif fault in ("leader-stop", "leader-stop-long", "leader-kill", "member-stop"):
             leader = srv.etcd_leader() or "e1"
             m = leader if fault.startswith("leader") else next(x for x in ETCD_MEMBERS if x != leader)
             pid = srv.etcd_pid(m)
@@ -593,7 +598,7 @@ def run_one(srv, backend, fault, rep, a, variant):
                 srv.etcd_start(m)
             else:
                 os.kill(pid, signal.SIGSTOP)
-                time.sleep(a.stop_seconds or 0.6 * ttl)
+                time.sleep(a.stop_seconds or spec.get("stop", 0.6) * ttl)
                 os.kill(pid, signal.SIGCONT)
             ev("heal")
         elif fault == "partition":
@@ -646,11 +651,22 @@ def run_one(srv, backend, fault, rep, a, variant):
     finally:
         ev("stop")
         open(stop, "w").close()
-        wait_end = time.time() + ticks * a.tick * 1.5 + 2 * ttl + 130
+        # drain: holders finish their command; waiters are ended with
+        # SIGTERM (a wait ends at once: 143), so the run does not go on
+        # for every queued hold
+        wait_end = time.time() + ticks * a.tick * 1.5 + 2 * ttl + 60
+        while time.time() < wait_end and any(p.poll() is None for p in cps):
+            work = set(work_processes())
+            for c, _ in clients:
+                try:
+                    lp = int(open(os.path.join(d, c + ".pid")).read())
+                except (OSError, ValueError):
+                    continue
+                if os.path.exists(f"/proc/{lp}") and not work & set(descendants(lp)):
+                    signal_all([lp], signal.SIGTERM)
+            time.sleep(0.3)
         for p in cps:
-            try:
-                p.wait(max(1, wait_end - time.time()))
-            except subprocess.TimeoutExpired:
+            if p.poll() is None:
                 p.kill()
         # commands still alive now (their lockrun gone) are left running
         time.sleep(0.5)
@@ -704,6 +720,8 @@ def check_run(d):
             order.append((tok, t, key))
         elif kind == "E":
             c["end"] = t
+        elif kind == "K":
+            c["killed"] = t
         c["last"] = t if c["last"] is None else max(c["last"], t)
     runs = [json.loads(x) for x in open(os.path.join(d, "runs.jsonl"))] if os.path.exists(os.path.join(d, "runs.jsonl")) else []
     # match each command to its lockrun run: same client, started in [t0, t1]
@@ -750,8 +768,12 @@ def check_run(d):
         rejected = sum(1 for _ in open(os.path.join(fd, "rejected")))
     # lost locks, kills, left running
     rcs = defaultdict(int)
-    kill_ms, after76, false_kills, unclear, messages = [], [], [], [], defaultdict(int)
+    exit_ms, kill_ms, after76, false_kills, unclear, messages = [], [], [], [], [], defaultdict(int)
+    t_stop = evs.get("stop", {}).get("t", float("inf"))
     for r in runs:
+        if r["t1"] >= t_stop and r["rc"] in (143, -15):
+            rcs["drained"] += 1  # a waiter ended by the harness at the end
+            continue
         rcs[r["rc"]] += 1
         err = r["stderr"].strip()
         first = next((l for l in err.splitlines() if l.startswith("lockrun:")), "")
@@ -766,7 +788,10 @@ def check_run(d):
                 after76.append(round((c["last"] - r["t1"]) * 1000, 1))
             in_fault = t_fault is not None and r["t0"] <= t_heal + 1 and r["t1"] >= t_fault
             if t_fault is not None and r["t1"] >= t_fault and in_fault:
-                kill_ms.append(round((r["t1"] - t_fault) * 1000))
+                exit_ms.append(round((r["t1"] - t_fault) * 1000))
+                # the command's stop: its SIGTERM (K line), else its last line
+                if c:
+                    kill_ms.append(round(((c.get("killed") or c["last"]) - t_fault) * 1000))
             if not spec.get("loss_ok") or not in_fault:
                 if not (spec.get("loss_ok") and in_fault):
                     false_kills.append(dict(client=r["client"], at=round(r["t1"] - (t_fault or r["t1"]), 3),
@@ -780,6 +805,7 @@ def check_run(d):
                overlap_detail=overlaps[:5], tokens_out_of_order=len(bad_tokens), token_detail=bad_tokens[:5],
                stale_writes_unfenced=stale_unfenced, stale_writes_fenced=stale_fenced, guard_rejected=rejected,
                ran_after_76=len(after76), ran_after_76_max_ms=max(after76, default=0),
+               exit_ms=exit_ms, exit_max_ms=max(exit_ms, default=None),
                kill_ms=kill_ms, kill_p50_ms=pct(kill_ms, 0.5), kill_max_ms=max(kill_ms, default=None),
                false_kills=len(false_kills), false_kill_detail=false_kills[:5],
                unclear_failures=len(unclear), unclear_detail=unclear[:3], left_running=len(left),
@@ -817,7 +843,7 @@ def short(msg):
 
 def table(results):
     hdr = ("fault", "variant", "ttl", "cmds", "lockruns", "rc 76", "rc 69", "overlaps", "max ms",
-           "tok order", "stale unf.", "stale fenced", "rejected", "after 76", "kill p50/max ms",
+           "tok order", "stale unf.", "stale fenced", "rejected", "after 76", "stop p50/max ms", "76 exit max ms",
            "false kills", "unclear", "verdict")
     rows = [hdr]
     for r in results:
@@ -826,6 +852,7 @@ def table(results):
                      r["overlaps"], r["overlap_max_ms"], r["tokens_out_of_order"], r["stale_writes_unfenced"],
                      r["stale_writes_fenced"], r["guard_rejected"], r["ran_after_76"],
                      f"{r['kill_p50_ms']}/{r['kill_max_ms']}" if r["kill_ms"] else "-",
+                     r.get("exit_max_ms") if r.get("exit_ms") else "-",
                      r["false_kills"], r["unclear_failures"], "ok" if not r["fails"] else "FAIL: " + "; ".join(r["fails"])))
     out = []
     for i, row in enumerate(rows):
@@ -843,6 +870,7 @@ def suite_main(a):
     pgv = sorted(os.listdir("/usr/lib/postgresql"))[-1] if os.path.isdir("/usr/lib/postgresql") else None
     PG_BIN = f"/usr/lib/postgresql/{pgv}/bin" if pgv else None
     base = os.path.join(a.out, "servers")
+    shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base, exist_ok=True)
     os.chmod(a.out, 0o755)
     os.chmod(base, 0o755)
@@ -925,7 +953,7 @@ def main():
     elif a.cmd == "proxy":
         proxy_main(a)
     elif a.cmd == "check":
-        rs = [check_run(x) for x in a.dirs]
+        rs = [check_run(x) for x in a.dirs if os.path.exists(os.path.join(x, "events.json"))]
         print(table(rs))
         for r in rs:
             print(json.dumps(r, indent=1))

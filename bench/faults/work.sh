@@ -7,6 +7,9 @@
 # has accepted. The plain W lines in $LRF_LOG are the same write unfenced.
 tok=${LOCKRUN_FENCING_TOKEN:-0}
 log=$LRF_LOG
+# SIGTERM (lockrun stopping the command) is logged, then the command exits
+# at once as it would without the trap: K marks when the stop arrived
+trap 'echo "K $LRF_CLIENT $tok $$ $PPID TERM $(date +%s.%N)" >>"$log"; exit 143' TERM
 echo "S $LRF_CLIENT $tok $$ $PPID 0 $(date +%s.%N)" >>"$log"
 i=0
 while [ "$i" -lt "$LRF_TICKS" ]; do
