@@ -630,10 +630,13 @@ def run_one(srv, backend, fault, rep, a, variant):
             else:
                 signal_all(pids, signal.SIGKILL)
                 time.sleep(2)
-                try:
-                    os.unlink(os.path.join(srv.pg_dir, "postmaster.pid"))
-                except OSError:
-                    pass
+                # the killed postmaster may stay a zombie (PID 1 here does
+                # not reap): its lock files go, as a reboot would take them
+                for f in ["postmaster.pid"] + [x for x in os.listdir(srv.pg_dir) if x.endswith(".lock")]:
+                    try:
+                        os.unlink(os.path.join(srv.pg_dir, f))
+                    except OSError:
+                        pass
                 srv.pg_start()
             ev("heal")
         elif fault == "restart":
