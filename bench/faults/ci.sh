@@ -19,7 +19,7 @@ rm -rf "$out"
 start=$(date +%s)
 status=0
 timeout 900 /usr/bin/python3 "$here/faults.py" suite --lockrun "$lockrun" --out "$out" \
-    --backend etcd --faults cut,pause,revoke,leader-kill || status=$?
+    --backend etcd --faults cut,pause,revoke,leader-stop-long || status=$?
 timeout 900 /usr/bin/python3 "$here/faults.py" suite --lockrun "$lockrun" --out "$out" \
     --backend pg --faults cut,terminate,restart,pause || status=$?
 echo "fault CI: $(( $(date +%s) - start )) s, status $status (results in $out)"

@@ -514,6 +514,8 @@ def run_one(srv, backend, fault, rep, a, variant):
         lockrun = os.path.join(HERE, "broken", "nolock.py")
     elif variant == "clocktoken":
         lockrun = os.path.join(HERE, "broken", "clocktoken.py")
+    elif variant == "nokill":
+        lockrun = os.path.join(HERE, "broken", "nokill.py")
     largs = ["--ttl", f"{ttl}s", "-w", "120", "--kill-grace", "1s"]
     # how long each command holds: through the fault and past the TTL where
     # the fault is about the holder, short (many hand-overs) otherwise
@@ -655,7 +657,7 @@ def run_one(srv, backend, fault, rep, a, variant):
         ev("stop")
         open(stop, "w").close()
         # drain: holders finish their command; waiters are ended with
-        # SIGTERM (a wait ends at once: 143), so the run does not go on
+        # SIGINT (a wait ends at once: 130), so the run does not go on
         # for every queued hold
         wait_end = time.time() + ticks * a.tick * 1.5 + 2 * ttl + 60
         while time.time() < wait_end and any(p.poll() is None for p in cps):
@@ -666,7 +668,8 @@ def run_one(srv, backend, fault, rep, a, variant):
                 except (OSError, ValueError):
                     continue
                 if os.path.exists(f"/proc/{lp}") and not work & set(descendants(lp)):
-                    signal_all([lp], signal.SIGTERM)
+                    # SIGINT: the nokill variant's lockrun ignores SIGTERM
+                    signal_all([lp], signal.SIGINT)
             time.sleep(0.3)
         for p in cps:
             if p.poll() is None:
@@ -725,6 +728,7 @@ def check_run(d):
             c["end"] = t
         elif kind == "K":
             c["killed"] = t
+            continue  # stopped, not active: the overlap counts activity
         c["last"] = t if c["last"] is None else max(c["last"], t)
     runs = [json.loads(x) for x in open(os.path.join(d, "runs.jsonl"))] if os.path.exists(os.path.join(d, "runs.jsonl")) else []
     # match each command to its lockrun run: same client, started in [t0, t1]
@@ -774,7 +778,7 @@ def check_run(d):
     exit_ms, kill_ms, after76, false_kills, unclear, messages = [], [], [], [], [], defaultdict(int)
     t_stop = evs.get("stop", {}).get("t", float("inf"))
     for r in runs:
-        if r["t1"] >= t_stop and r["rc"] in (143, -15):
+        if r["t1"] >= t_stop and r["rc"] in (130, -2, 143, -15):
             rcs["drained"] += 1  # a waiter ended by the harness at the end
             continue
         rcs[r["rc"]] += 1
@@ -845,12 +849,12 @@ def short(msg):
 # ---------------------------------------------------------------- suite
 
 def table(results):
-    hdr = ("fault", "variant", "ttl", "cmds", "lockruns", "rc 76", "rc 69", "overlaps", "max ms",
+    hdr = ("backend", "fault", "variant", "ttl", "cmds", "lockruns", "rc 76", "rc 69", "overlaps", "max ms",
            "tok order", "stale unf.", "stale fenced", "rejected", "after 76", "stop p50/max ms", "76 exit max ms",
            "false kills", "unclear", "verdict")
     rows = [hdr]
     for r in results:
-        rows.append((r["fault"], r["variant"], f"{r['ttl']}s", r["commands"], r["lockruns"],
+        rows.append((r["backend"], r["fault"], r["variant"], f"{r['ttl']}s", r["commands"], r["lockruns"],
                      r["rc"].get("76", r["rc"].get(76, 0)), r["rc"].get("69", r["rc"].get(69, 0)),
                      r["overlaps"], r["overlap_max_ms"], r["tokens_out_of_order"], r["stale_writes_unfenced"],
                      r["stale_writes_fenced"], r["guard_rejected"], r["ran_after_76"],
@@ -927,7 +931,7 @@ def main():
     s.add_argument("--fault-seconds", type=float, default=0)
     s.add_argument("--stop-seconds", type=float, default=0)
     s.add_argument("--recovery", type=float, default=0)
-    s.add_argument("--variant", default="lockrun", choices=["lockrun", "nolock", "clocktoken"])
+    s.add_argument("--variant", default="lockrun", choices=["lockrun", "nolock", "clocktoken", "nokill"])
     s.add_argument("--lockrun", default=os.path.join(HERE, "..", "..", "target", "release", "lockrun"))
     s.add_argument("--out", default="/tmp/lrf-out")
     c = sub.add_parser("client")

@@ -2,13 +2,13 @@
 """Broken variant for the harness: the real lockrun takes the lock, but the
 command's fencing token comes from the client's clock (milliseconds), as a
 token made without the server would. The clients' clocks disagree by a
-second or two, as real hosts' can: c2 runs 2 s behind, c3 1.5 s ahead. The
+second or two, as real hosts' can: c2 runs 5 s behind, c3 3 s ahead. The
 checker must find tokens out of start order. Usage as lockrun."""
 import os
 import sys
 import time
 
-SKEW_MS = {"c1": 0, "c2": -2000, "c3": 1500}
+SKEW_MS = {"c1": 0, "c2": -5000, "c3": 3000}
 if len(sys.argv) > 1 and sys.argv[1] == "--inner":
     cmd = sys.argv[2:]
     skew = SKEW_MS.get(os.environ.get("LRF_CLIENT", ""), 0)
