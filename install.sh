@@ -105,16 +105,26 @@ if [ ! -w "$d" ]; then
   command -v sudo >/dev/null 2>&1 || die "$dest is not writable and there is no sudo: run me as root, or with PREFIX=\$HOME/.local"
   sudo=sudo
 fi
+# The man pages and completions of the binary just built, from the binary
+# itself (`--generate`): a build with lock URLs has options and pages the
+# repository's files (the default build's) lack. The default build prints
+# exactly those files.
+docs=$(mktemp -d)
+trap 'rm -f "$out"; rm -rf "$docs"' EXIT
+for kind in man:lockrun.1 man-holder:lockrun-holder.1 man-check:lockrun-check.1 \
+  complete-bash:lockrun.bash complete-zsh:_lockrun complete-fish:lockrun.fish; do
+  "$bin" --generate "${kind%%:*}" >"$docs/${kind#*:}" || die "$bin --generate ${kind%%:*} failed"
+done
 $sudo install -Dm755 "$bin" "$dest/bin/lockrun"
-$sudo install -Dm644 -t "$dest/share/man/man1" man/lockrun.1 man/lockrun-holder.1 man/lockrun-check.1
+$sudo install -Dm644 -t "$dest/share/man/man1" "$docs/lockrun.1" "$docs/lockrun-holder.1" "$docs/lockrun-check.1"
 # The shells' own lookup decides whether these are found: zsh searches
 # /usr/local/share/zsh/site-functions but not ~/.local/share/zsh/...;
 # fish 3.6 reads ~/.local/share/fish/vendor_completions.d but
 # /usr/local/share/fish/... only when XDG_DATA_DIRS names /usr/local/share
 # (docs/GUIDE.md, "Man pages and completions").
-$sudo install -Dm644 completions/lockrun.bash "$dest/share/bash-completion/completions/lockrun"
-$sudo install -Dm644 completions/_lockrun "$dest/share/zsh/site-functions/_lockrun"
-$sudo install -Dm644 completions/lockrun.fish "$dest/share/fish/vendor_completions.d/lockrun.fish"
+$sudo install -Dm644 "$docs/lockrun.bash" "$dest/share/bash-completion/completions/lockrun"
+$sudo install -Dm644 "$docs/_lockrun" "$dest/share/zsh/site-functions/_lockrun"
+$sudo install -Dm644 "$docs/lockrun.fish" "$dest/share/fish/vendor_completions.d/lockrun.fish"
 
 echo "install.sh: installed $prefix/bin/lockrun ($kind), its man pages and completions"
 case ":/usr/bin:/bin:" in

@@ -36,7 +36,7 @@ _lockrun() {
             fi
             case "${prev}" in
                 --generate)
-                    COMPREPLY=($(compgen -W "man complete-bash complete-zsh complete-fish complete-elvish complete-powershell" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "man man-holder man-check complete-bash complete-zsh complete-fish complete-elvish complete-powershell" -- "${cur}"))
                     return 0
                     ;;
                 --start)

@@ -25,6 +25,8 @@ function __fish_lockrun_using_subcommand
 end
 
 complete -c lockrun -n "__fish_lockrun_needs_command" -l generate -d 'Print the man page or a shell completion script of this build, then exit' -r -f -a "man\t''
+man-holder\t''
+man-check\t''
 complete-bash\t''
 complete-zsh\t''
 complete-fish\t''

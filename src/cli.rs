@@ -1,13 +1,13 @@
 //! The command line, defined with clap and turned into the plain option
 //! structs the rest of lockrun takes. Nothing past this module knows clap.
 
-pub use crate::backend::LockTarget;
 use crate::backend::RunSettings;
-use crate::backend::etcd::{self, EtcdUrl};
 use crate::backend::file::lock::{self, LockKind, LockSpec};
 use crate::exit_codes::{self, Failure};
 use crate::mode::LockMode;
 use crate::persona;
+pub use crate::registry::LockTarget;
+use crate::registry::{self, UrlArgs, UrlRun};
 use crate::run::RunOptions;
 use crate::run::fd_mode::FdOptions;
 use crate::run::wait::WaitPolicy;
@@ -41,25 +41,19 @@ Examples:
   ( lockrun -n 9 || exit 1; critical-section ) 9>/var/lock/x.lock
   lockrun holder /var/lock/backup.lock";
 
-const LOCK_URLS: &str = "\
-Lock URLs: etcd://HOST:PORT[,HOST:PORT...]/NAME takes the lock in etcd v3
-(endpoints from LOCKRUN_ETCD_ENDPOINTS when the URL names none: etcd:///NAME).";
-
 const EXIT_STATUS: &str = "\
 Exit status: the command's; 75 lock busy or timed out (-E to change);
 64 usage; 66 cannot open/create; 71 OS error; 77 unsafe lock file;
 126/127 command not executable/not found; 128+N signal N while waiting;
 124 stopped at --max-time";
 
-const EXIT_STATUS_ETCD: &str = ";
-69 etcd unreachable (command not run); 76 etcd lock lost (command stopped).";
-
 /// Durations longer than this (about 100 years) count as this: no wait,
 /// poll or grace period of lockrun's can end later, and none can overflow
 /// the clock it is measured on.
 pub const LONGEST_WAIT: Duration = Duration::from_secs(3_155_760_000);
 
-/// The longest lease etcd grants (its MaxLeaseTTL).
+/// The longest lease any lock URL backend grants (etcd's MaxLeaseTTL);
+/// each backend refuses what it cannot take itself (`run_options`).
 const LONGEST_TTL: Duration = Duration::from_secs(9_000_000_000);
 
 #[derive(Debug, Parser)]
@@ -221,40 +215,14 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-// The options of lock URLs, only in a build that has them (a doc comment
-// here would become help text).
+// `--ttl`: every lock URL backend with a lease takes it, each with its
+// own meaning (its help is theirs: `command_for`), so it is defined once
+// here rather than in each backend's options (a doc comment here would
+// become help text).
 #[derive(Debug, Args, PartialEq, Default)]
-pub struct EtcdArgs {
-    /// etcd lock URL only: lease TTL, 1s to 9000000000s; the lock is lost if etcd cannot be reached this long [default: 10s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "etcd")]
+pub struct LeaseArgs {
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "Lock URLs")]
     ttl: Option<Duration>,
-
-    #[command(flatten)]
-    access: AccessArgs,
-}
-
-// How to reach an etcd lock URL: for the run form, `holder` and `check`.
-#[derive(Debug, Args, PartialEq, Default)]
-pub struct AccessArgs {
-    /// etcd lock URL only: verify the server's certificate with this CA (TLS; default: the system's roots)
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
-    cacert: Option<PathBuf>,
-
-    /// etcd lock URL only: client certificate (TLS), with --key
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
-    cert: Option<PathBuf>,
-
-    /// etcd lock URL only: the client certificate's private key
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
-    key: Option<PathBuf>,
-
-    /// etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)
-    #[arg(long, value_name = "NAME", help_heading = "etcd")]
-    user: Option<String>,
-
-    /// etcd lock URL only: read the --user password from FILE (first line)
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
-    password_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -312,6 +280,10 @@ pub enum Forward {
 pub enum GenerateKind {
     // lockrun(1), in roff.
     Man,
+    // lockrun-holder(1) and lockrun-check(1): install.sh installs the
+    // pages of the binary it built.
+    ManHolder,
+    ManCheck,
     CompleteBash,
     CompleteZsh,
     CompleteFish,
@@ -323,8 +295,7 @@ pub enum GenerateKind {
 pub enum Invocation {
     Run(RunOptions),
     /// The run form on a lock URL.
-    EtcdRun(etcd::RunOptions),
-    PgRun(crate::backend::postgres::RunOptions),
+    UrlRun(UrlRun),
     Fd(FdOptions),
     Holder {
         json: bool,
@@ -344,46 +315,77 @@ pub enum Invocation {
 
 /// The command line of this build, for help, man pages and completions.
 pub fn command() -> clap::Command {
-    command_for(HAS_LOCK_URLS)
+    command_for(true)
 }
 
-/// Whether this build has lock URLs, and with them --ttl and the other
-/// lock-URL options (etcd's, PostgreSQL's).
-const HAS_LOCK_URLS: bool = etcd::ENABLED || crate::backend::postgres::ENABLED;
-
-/// The command line of a build with or without lock URLs: a build that
-/// cannot take an etcd lock does not advertise one (its help, man page and
-/// completions). The repository's man/ and completions/ describe the
-/// default build, `command_for(false)`.
-pub fn command_for(with_etcd: bool) -> clap::Command {
+/// The command line with the lock URL backends this build has
+/// (`with_urls`), or with none: the repository's man/ and completions/
+/// describe the default build, `command_for(false)`. A backend the build
+/// does not have is not advertised, and each one it has names its URL and
+/// options in its own words (src/registry.rs).
+pub fn command_for(with_urls: bool) -> clap::Command {
+    let built: Vec<&crate::backend::Words> = if with_urls {
+        registry::built().collect()
+    } else {
+        Vec::new()
+    };
     let mut after = format!("{EXAMPLES}\n\n");
-    if with_etcd {
-        after.push_str(LOCK_URLS);
-        after.push_str("\n\n");
+    if !built.is_empty() {
+        after.push_str("Lock URLs:\n");
+        for words in &built {
+            after.push_str(words.help);
+            after.push('\n');
+        }
+        after.push('\n');
     }
     after.push_str(EXIT_STATUS);
-    after.push_str(if with_etcd { EXIT_STATUS_ETCD } else { "." });
+    for words in &built {
+        after.push_str(";\n");
+        after.push_str(words.help_exit);
+    }
+    after.push('.');
     let cmd = Cli::command().after_help(after);
-    if !with_etcd {
+    if built.is_empty() {
         return cmd;
     }
-    EtcdArgs::augment_args(cmd).mut_arg("target", |a| {
-        a.help("Lock file (created if missing, never deleted), a directory, an open FD number, or etcd://HOST:PORT/NAME")
+    let urls: Vec<&str> = built.iter().map(|w| w.url).collect();
+    let mut cmd = registry::augment_run(cmd);
+    if registry::has_lease() {
+        let ttl: Vec<&str> = built.iter().map(|w| w.ttl).collect();
+        cmd = LeaseArgs::augment_args(cmd).mut_arg("ttl", |a| {
+            a.help(format!(
+                "Lock URL only: the lease's TTL [default: 10s]; {}",
+                ttl.join("; ")
+            ))
+        });
+    }
+    let holder_exit: Vec<&str> = built.iter().map(|w| w.help_inspect_exit).collect();
+    cmd.mut_arg("target", |a| {
+        a.help(format!(
+            "Lock file (created if missing, never deleted), a directory, an open FD number, or {}",
+            urls.join(" or ")
+        ))
     })
     .mut_subcommand("holder", |c| {
-        AccessArgs::augment_args(c).after_help(
-            "Held or free comes from the kernel's lock table; the holder record adds who \
-             and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
-             cannot be read; 69 etcd cannot be reached; 64 usage error.\n\nExample:\n  \
-             lockrun holder /var/lock/backup.lock",
-        )
-        .mut_arg("paths", |a| {
-            a.help("Lock files or etcd:// URLs to report on (a missing file is reported as free)")
-        })
+        registry::augment_inspect(c)
+            .after_help(format!(
+                "Held or free comes from the kernel's lock table; the holder record adds who \
+                 and since when.\n\nExit status: 0 reported every path; 66 a path exists but \
+                 cannot be read; {}; 64 usage error.\n\nExample:\n  \
+                 lockrun holder /var/lock/backup.lock",
+                holder_exit.join("; ")
+            ))
+            .mut_arg("paths", |a| {
+                a.help(format!(
+                    "Lock files or lock URLs ({}) to report on (a missing file is reported as free)",
+                    urls.join(", ")
+                ))
+            })
     })
     .mut_subcommand("check", |c| {
-        AccessArgs::augment_args(c)
-            .mut_arg("path", |a| a.help("The lock file or etcd:// URL to look at"))
+        registry::augment_inspect(c).mut_arg("path", |a| {
+            a.help(format!("The lock file or lock URL ({}) to look at", urls.join(", ")))
+        })
     })
 }
 
@@ -499,7 +501,7 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
     let ttl = parse_exact_duration(text)?;
     if ttl < Duration::from_secs(1) || ttl > LONGEST_TTL {
         return Err(format!(
-            "'{text}' is not a lease etcd grants: give 1s to {}s",
+            "'{text}' is not a lease TTL lockrun can ask for: give 1s to {}s",
             LONGEST_TTL.as_secs()
         ));
     }
@@ -549,7 +551,7 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let as_flock = persona::is_flock_name(args.first().map(OsString::as_os_str));
     if let Some(plain) = parse_plain_run(&args, !as_flock) {
-        return run_invocation(plain, EtcdArgs::default(), as_flock);
+        return run_invocation(plain, LeaseArgs::default(), UrlArgs::default(), as_flock);
     }
     parse_with_clap(args, as_flock)
 }
@@ -566,26 +568,27 @@ fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation
         end_options_at_the_command(&cmd, &mut args, true);
         let matches = cmd.try_get_matches_from(args);
         return match matches.and_then(|m| FlockCli::from_arg_matches(&m)) {
-            Ok(cli) => run_invocation(cli.run, EtcdArgs::default(), true),
+            Ok(cli) => run_invocation(cli.run, LeaseArgs::default(), UrlArgs::default(), true),
             Err(e) => clap_failure(e, true),
         };
     }
     let cmd = command();
     end_options_at_the_command(&cmd, &mut args, false);
     let parsed = cmd.try_get_matches_from(args).and_then(|m| {
-        let etcd = if HAS_LOCK_URLS {
-            EtcdArgs::from_arg_matches(&m)?
+        let lease = if registry::has_lease() {
+            LeaseArgs::from_arg_matches(&m)?
         } else {
-            EtcdArgs::default()
+            LeaseArgs::default()
         };
-        // `holder` and `check` take the TLS and user options too.
-        let access = match m.subcommand() {
-            Some((_, sub)) if HAS_LOCK_URLS => AccessArgs::from_arg_matches(sub)?,
-            _ => AccessArgs::default(),
+        let urls = registry::url_args(&m)?;
+        // `holder` and `check` take each backend's inspection options.
+        let inspect = match m.subcommand() {
+            Some((_, sub)) => registry::inspect_args(sub)?,
+            None => registry::InspectArgs::default(),
         };
-        Ok((Cli::from_arg_matches(&m)?, etcd, access))
+        Ok((Cli::from_arg_matches(&m)?, lease, urls, inspect))
     });
-    let (cli, etcd_args, inspect_access) = match parsed {
+    let (cli, lease_args, url_args, inspect_args) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return clap_failure(e, false),
     };
@@ -600,7 +603,7 @@ fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation
                     .into_iter()
                     .map(|p| LockTarget::parse(p.into_os_string()))
                     .collect::<Result<_, _>>()?,
-                inspect_access,
+                &inspect_args,
             )?,
         }),
         Some(Inspect::Check {
@@ -614,48 +617,22 @@ fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation
             probe,
             target: with_access(
                 vec![LockTarget::parse(path.into_os_string())?],
-                inspect_access,
+                &inspect_args,
             )?
             .pop()
             .ok_or_else(|| Failure::new(exit_codes::USAGE, "check needs a lock"))?,
         }),
-        None => run_invocation(cli.run, etcd_args, false),
+        None => run_invocation(cli.run, lease_args, url_args, false),
     }
 }
 
-/// `holder`/`check` with `--cacert`, `--cert`, `--key`, `--user` or
-/// `--password-file`: they apply to the etcd URLs among `targets`, as they
-/// do to the run form's, and are a usage error without one.
-fn with_access(targets: Vec<LockTarget>, access: AccessArgs) -> Result<Vec<LockTarget>, Failure> {
-    if access == AccessArgs::default() {
-        return Ok(targets);
-    }
-    if !targets.iter().any(|t| matches!(t, LockTarget::Etcd(_))) {
-        return Err(url_usage(
-            "--cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
-        ));
-    }
-    let flags = access_flags(access);
-    targets
-        .into_iter()
-        .map(|target| match target {
-            LockTarget::Etcd(url) => url
-                .with_flags(&flags)
-                .map(LockTarget::Etcd)
-                .map_err(|e| Failure::new(exit_codes::USAGE, e)),
-            other => Ok(other),
-        })
-        .collect()
-}
-
-fn access_flags(access: AccessArgs) -> etcd::AccessFlags {
-    etcd::AccessFlags {
-        cacert: access.cacert,
-        cert: access.cert,
-        key: access.key,
-        user: access.user,
-        password_file: access.password_file,
-    }
+/// `holder`/`check` with a lock URL backend's options: they apply to
+/// that backend's URLs among `targets`, and are a usage error without one.
+fn with_access(
+    targets: Vec<LockTarget>,
+    args: &registry::InspectArgs,
+) -> Result<Vec<LockTarget>, Failure> {
+    registry::with_inspect_args(targets, args).map_err(|message| url_usage(&message))
 }
 
 /// Where the options end: the index of the first argument that is not an
@@ -907,7 +884,8 @@ fn is_dashed(arg: &OsString) -> bool {
 
 fn run_invocation(
     mut args: RunArgs,
-    etcd_args: EtcdArgs,
+    lease_args: LeaseArgs,
+    url_args: UrlArgs,
     as_flock: bool,
 ) -> Result<Invocation, Failure> {
     // As flock, flock's usage (no holder, no check) and flock's name.
@@ -977,7 +955,10 @@ fn run_invocation(
             ));
         }
         // flock(1) has no such options; fd mode runs nothing to stop.
-        if args.max_time.is_some() || args.kill_grace.is_some() || etcd_args != EtcdArgs::default()
+        if args.max_time.is_some()
+            || args.kill_grace.is_some()
+            || lease_args != LeaseArgs::default()
+            || url_args != UrlArgs::default()
         {
             return Err(usage(
                 "--max-time, --kill-grace and the lock-URL options need a LOCKFILE and a COMMAND: fd mode runs no command to stop",
@@ -1054,26 +1035,15 @@ fn run_invocation(
         Some(_) => PathBuf::from(target),
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
-            LockTarget::Etcd(url) => {
-                return etcd_run(
+            url => {
+                return url_run(
                     url,
-                    args,
-                    etcd_args,
-                    mode,
+                    &args,
+                    lease_args,
+                    url_args,
                     wait,
                     command,
-                    (quiet, conflict_status),
-                );
-            }
-            LockTarget::Postgres(url) => {
-                return postgres_run(
-                    url,
-                    args,
-                    etcd_args,
-                    mode,
-                    wait,
-                    command,
-                    (quiet, conflict_status),
+                    (mode, quiet, conflict_status),
                 );
             }
         },
@@ -1090,15 +1060,13 @@ fn run_invocation(
     }
     // A lock file asks its backend, as a lock URL does: no lease to keep.
     use crate::backend::Backend as _;
-    if etcd_args.ttl.is_some() && !crate::backend::file::FileBackend::CAPS.lease {
+    if lease_args.ttl.is_some() && !crate::backend::file::FileBackend::CAPS.lease {
         return Err(usage(
-            "--ttl applies only to lock URLs (etcd://, postgres://): a lock file's lock lasts as long as its holder, with no lease to renew",
+            "--ttl applies only to lock URLs: a lock file's lock lasts as long as its holder, with no lease to renew",
         ));
     }
-    if etcd_args != EtcdArgs::default() {
-        return Err(usage(
-            "--cacert, --cert, --key, --user and --password-file apply only to etcd:// lock URLs",
-        ));
+    if let Some(message) = url_args.refused_for_files() {
+        return Err(usage(message));
     }
     if args.kill_grace.is_some() && args.max_time.is_none() {
         return Err(usage(
@@ -1147,96 +1115,42 @@ fn run_settings(
 /// SIGKILL this long after SIGTERM, after --max-time or a lost lock.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// What every lock URL's run form takes from the command line, once the
-/// backend's capabilities (`caps`) have refused what it cannot do.
-#[allow(clippy::too_many_arguments)]
-fn url_run_options<U>(
-    url: U,
-    caps: &crate::backend::Capabilities,
+/// The run form on a lock URL: what every backend takes from the command
+/// line, then the registry's check against the backend's capabilities and
+/// its own options.
+fn url_run(
+    url: LockTarget,
     args: &RunArgs,
-    ttl: Option<Duration>,
-    mode: LockMode,
+    lease_args: LeaseArgs,
+    url_args: UrlArgs,
     wait: WaitPolicy,
     command: Vec<OsString>,
-    messages: (bool, u8),
-) -> Result<crate::backend::UrlRunOptions<U>, Failure> {
-    caps.refuse(&crate::backend::Asked {
+    (mode, quiet, conflict_status): (LockMode, bool, u8),
+) -> Result<Invocation, Failure> {
+    let asked = crate::backend::Asked {
         shared: mode == LockMode::Shared,
         exec_in_place: args.no_fork,
         poll: wait.poll.is_some(),
         byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
         slots: args.slots.is_some(),
-    })
-    .map_err(|message| url_usage(&message))?;
-    Ok(crate::backend::UrlRunOptions {
-        url,
+    };
+    let base = crate::backend::UrlBase {
         nonblocking: wait.nonblocking,
         timeout: wait.timeout,
-        ttl: ttl.unwrap_or(crate::backend::DEFAULT_TTL),
+        ttl: lease_args.ttl,
         slots: args.slots,
-        settings: run_settings(args, command, messages, !args.no_record),
-    })
+        settings: run_settings(args, command, (quiet, conflict_status), !args.no_record),
+    };
+    registry::url_run(url, &asked, url_args, base)
+        .map(Invocation::UrlRun)
+        .map_err(|refusal| match refusal {
+            registry::Refusal::Usage(message) => url_usage(&message),
+            registry::Refusal::Failure(failure) => failure,
+        })
 }
 
 fn url_usage(message: &str) -> Failure {
     usage_failure(Cli::command().error(ErrorKind::ArgumentConflict, message))
-}
-
-/// The run form on an etcd lock URL, with its TLS and user options.
-fn etcd_run(
-    url: EtcdUrl,
-    args: RunArgs,
-    etcd_args: EtcdArgs,
-    mode: LockMode,
-    wait: WaitPolicy,
-    command: Vec<OsString>,
-    messages: (bool, u8),
-) -> Result<Invocation, Failure> {
-    let url = url
-        .with_flags(&access_flags(etcd_args.access))
-        .map_err(|e| Failure::new(exit_codes::USAGE, e))?;
-    url_run_options(
-        url,
-        &etcd::CAPS,
-        &args,
-        etcd_args.ttl,
-        mode,
-        wait,
-        command,
-        messages,
-    )
-    .map(Invocation::EtcdRun)
-}
-
-/// The run form on a postgres:// lock URL: libpq's settings, not etcd's.
-fn postgres_run(
-    url: crate::backend::postgres::PgUrl,
-    args: RunArgs,
-    url_args: EtcdArgs,
-    mode: LockMode,
-    wait: WaitPolicy,
-    command: Vec<OsString>,
-    messages: (bool, u8),
-) -> Result<Invocation, Failure> {
-    if url_args.access != AccessArgs::default() {
-        return Err(url_usage(
-            "--cacert, --cert, --key, --user and --password-file are etcd's; a postgres:// URL takes libpq's (sslrootcert=, user@, PGPASSWORD or ~/.pgpass)",
-        ));
-    }
-    if let Some(ttl) = url_args.ttl {
-        crate::backend::postgres::check_ttl(ttl).map_err(|e| Failure::new(exit_codes::USAGE, e))?;
-    }
-    url_run_options(
-        url,
-        &crate::backend::postgres::CAPS,
-        &args,
-        url_args.ttl,
-        mode,
-        wait,
-        command,
-        messages,
-    )
-    .map(Invocation::PgRun)
 }
 
 /// clap's message with our prefix: every line lockrun prints to stderr

@@ -8,7 +8,9 @@
 //! NOTES), and the options come from the same clap definition as `--help`,
 //! so the two cannot drift apart.
 
+use crate::backend::Words;
 use crate::cli;
+use crate::registry;
 
 pub use crate::cli::GenerateKind as Kind;
 
@@ -20,13 +22,16 @@ pub use crate::cli::GenerateKind as Kind;
 /// (1,574,176 bytes before `--generate`): generating the man page and
 /// completions (clap_complete) +136 KB; the files compiled in +38 KB. A
 /// build with lock URLs has other options, so it generates its own (the
-/// `etcd` feature brings clap_complete), as the tests do for the files.
+/// `lock-urls` feature, which every lock URL backend's turns on, brings
+/// clap_complete), as the tests do for the files.
 pub fn render(kind: Kind) -> Vec<u8> {
-    #[cfg(feature = "etcd")]
+    #[cfg(feature = "lock-urls")]
     {
         use clap_complete::Shell;
         let shell = match kind {
             Kind::Man => return man_page(true).into_bytes(),
+            Kind::ManHolder => return holder_page(true).into_bytes(),
+            Kind::ManCheck => return check_page(true).into_bytes(),
             Kind::CompleteBash => Shell::Bash,
             Kind::CompleteZsh => Shell::Zsh,
             Kind::CompleteFish => Shell::Fish,
@@ -38,10 +43,12 @@ pub fn render(kind: Kind) -> Vec<u8> {
         clap_complete::generate(shell, &mut cmd, "lockrun", &mut out);
         out
     }
-    #[cfg(not(feature = "etcd"))]
+    #[cfg(not(feature = "lock-urls"))]
     {
         let script: &[u8] = match kind {
             Kind::Man => include_bytes!("../man/lockrun.1"),
+            Kind::ManHolder => include_bytes!("../man/lockrun-holder.1"),
+            Kind::ManCheck => include_bytes!("../man/lockrun-check.1"),
             Kind::CompleteBash => include_bytes!("../completions/lockrun.bash"),
             Kind::CompleteZsh => include_bytes!("../completions/_lockrun"),
             Kind::CompleteFish => include_bytes!("../completions/lockrun.fish"),
@@ -53,11 +60,11 @@ pub fn render(kind: Kind) -> Vec<u8> {
 }
 
 /// The man pages, as (path relative to the crate root, contents).
-pub fn man_pages(with_etcd: bool) -> Vec<(String, String)> {
+pub fn man_pages(with_urls: bool) -> Vec<(String, String)> {
     vec![
-        ("man/lockrun.1".into(), man_page(with_etcd)),
-        ("man/lockrun-holder.1".into(), holder_page(with_etcd)),
-        ("man/lockrun-check.1".into(), check_page(with_etcd)),
+        ("man/lockrun.1".into(), man_page(with_urls)),
+        ("man/lockrun-holder.1".into(), holder_page(with_urls)),
+        ("man/lockrun-check.1".into(), check_page(with_urls)),
     ]
 }
 
@@ -161,29 +168,46 @@ fn has_arg(cmd: &clap::Command, id: &str) -> bool {
         .any(|a| a.get_id() == id && !a.is_hide_set())
 }
 
-fn man_page(with_etcd: bool) -> String {
-    let cmd = cli::command_for(with_etcd);
+/// The lock URL backends a page describes: this build's, or none.
+fn backends(with_urls: bool) -> Vec<&'static Words> {
+    if with_urls {
+        registry::built().collect()
+    } else {
+        Vec::new()
+    }
+}
+
+fn man_page(with_urls: bool) -> String {
+    let cmd = cli::command_for(with_urls);
+    let built = backends(with_urls);
     let mut page = title("lockrun");
     page.push_str(MAN_NAME);
     page.push_str(MAN_SYNOPSIS);
     page.push_str(MAN_DESCRIPTION);
-    if with_etcd {
-        page.push_str(MAN_DESCRIPTION_ETCD);
+    for words in &built {
+        page.push_str(words.man_description);
     }
     page.push_str(&options(&cmd));
     page.push_str(MAN_ENVIRONMENT);
     if has_arg(&cmd, "slots") {
         page.push_str(MAN_ENVIRONMENT_SLOTS);
     }
-    if with_etcd {
-        page.push_str(MAN_ENVIRONMENT_ETCD);
+    if !built.is_empty() {
+        page.push_str(MAN_ENVIRONMENT_URLS);
+        for words in &built {
+            page.push_str(words.man_environment);
+        }
+        page.push_str(".PP\nlockrun reads:\n");
+        for words in &built {
+            page.push_str(words.man_reads);
+        }
     }
     page.push_str(MAN_EXIT_STATUS);
     if has_arg(&cmd, "max_time") {
         page.push_str(MAN_EXIT_STATUS_MAX_TIME);
     }
-    if with_etcd {
-        page.push_str(MAN_EXIT_STATUS_ETCD);
+    for words in &built {
+        page.push_str(words.man_exit);
     }
     page.push_str(MAN_FILES);
     page.push_str(MAN_EXAMPLES);
@@ -192,8 +216,8 @@ fn man_page(with_etcd: bool) -> String {
     page
 }
 
-fn holder_page(with_etcd: bool) -> String {
-    let cmd = cli::command_for(with_etcd);
+fn holder_page(with_urls: bool) -> String {
+    let cmd = cli::command_for(with_urls);
     let sub = cmd
         .find_subcommand("holder")
         .cloned()
@@ -204,20 +228,21 @@ fn holder_page(with_etcd: bool) -> String {
          .SH SYNOPSIS\n.B lockrun holder\n[\\fB\\-\\-json\\fR] \\fILOCKFILE\\fR...\n",
     );
     page.push_str(HOLDER_DESCRIPTION);
-    if with_etcd {
-        page.push_str(".PP\nAn etcd:// lock URL in place of a file reports the key that holds the lock, with the record stored in it.\n");
+    let built = backends(with_urls);
+    for words in &built {
+        page.push_str(words.holder_description);
     }
     page.push_str(&options(&sub));
     page.push_str(HOLDER_EXIT_STATUS);
-    if with_etcd {
-        page.push_str(".TP\n.B 69\netcd cannot be reached.\n");
+    for words in &built {
+        page.push_str(words.inspect_exit);
     }
     page.push_str(SUB_SEE_ALSO);
     page
 }
 
-fn check_page(with_etcd: bool) -> String {
-    let cmd = cli::command_for(with_etcd);
+fn check_page(with_urls: bool) -> String {
+    let cmd = cli::command_for(with_urls);
     let sub = cmd
         .find_subcommand("check")
         .cloned()
@@ -228,6 +253,10 @@ fn check_page(with_etcd: bool) -> String {
          .SH SYNOPSIS\n.B lockrun check\n[\\fB\\-\\-json\\fR] [\\fB\\-q\\fR] [\\fB\\-\\-probe\\fR] \\fILOCKFILE\\fR\n",
     );
     page.push_str(CHECK_DESCRIPTION);
+    let built = backends(with_urls);
+    for words in &built {
+        page.push_str(words.holder_description);
+    }
     page.push_str(&options(&sub));
     page.push_str(CHECK_EXIT_STATUS);
     page.push_str(SUB_SEE_ALSO);
@@ -324,17 +353,6 @@ descriptor and runs the command, which inherits it. lockrun never closes a
 descriptor it was lent.
 ";
 
-const MAN_DESCRIPTION_ETCD: &str = "\
-.SS Lock URLs
-\\fBetcd://\\fR\\fIHOST\\fR\\fB:\\fR\\fIPORT\\fR[\\fB,\\fR\\fIHOST\\fR\\fB:\\fR\\fIPORT\\fR...]\\fB/\\fR\\fINAME\\fR
-in place of \\fILOCKFILE\\fR takes the lock in etcd v3 instead of the file
-system, so that it excludes holders on other machines (\\fBetcd:///\\fR\\fINAME\\fR
-takes the endpoints from \\fBLOCKRUN_ETCD_ENDPOINTS\\fR). The lock is held by a
-lease that lockrun renews; if it is lost while the command runs, the command and
-every process it started are sent SIGTERM, then SIGKILL after
-\\fB\\-\\-kill\\-grace\\fR, and lockrun exits 76.
-";
-
 const MAN_ENVIRONMENT: &str = "\
 .SH ENVIRONMENT
 .TP
@@ -356,16 +374,12 @@ const MAN_ENVIRONMENT_SLOTS: &str = "\
 With \\fB\\-\\-slots\\fR \\fIN\\fR: the slot the command holds, 1 to \\fIN\\fR, unique among the current holders.
 ";
 
-const MAN_ENVIRONMENT_ETCD: &str = "\
+/// What every lock URL gives the command; each backend then adds its own.
+const MAN_ENVIRONMENT_URLS: &str = "\
 .TP
 .B LOCKRUN_FENCING_TOKEN
-With a lock URL: a number that grows with every new holder (the lock key's
-creation revision), for the command to pass to whatever it writes to.
-.PP
-lockrun reads:
-.TP
-.B LOCKRUN_ETCD_ENDPOINTS
-Comma\\-separated \\fIHOST\\fR\\fB:\\fR\\fIPORT\\fR list for a lock URL that names no endpoint (\\fBetcd:///\\fR\\fINAME\\fR).
+With a lock URL: a number that grows with every new holder, for the
+command to pass to whatever it writes to.
 ";
 
 const MAN_EXIT_STATUS: &str = "\
@@ -406,15 +420,6 @@ const MAN_EXIT_STATUS_MAX_TIME: &str = "\
 .TP
 .B 124
 \\fB\\-\\-max\\-time\\fR ran out and the command was stopped.
-";
-
-const MAN_EXIT_STATUS_ETCD: &str = "\
-.TP
-.B 69
-With a lock URL: etcd cannot be reached to acquire the lock; the command did not run.
-.TP
-.B 76
-With a lock URL: the lock was lost while the command ran; the command was stopped.
 ";
 
 const MAN_FILES: &str = "\

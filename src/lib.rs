@@ -5,20 +5,25 @@
 //!
 //! - `main` dispatches; `cli` parses (and `generate` prints its man page
 //!   and completions).
+//! - `registry` is the one list of lock URL backends: `LockTarget` (which
+//!   backend a lock goes to), each backend's options, run form,
+//!   `holder`/`check` and words for `--help` and the man pages. Nothing
+//!   else outside a backend's folder names one.
 //! - `run` is the one run flow every backend plugs into: `run::wait` (the
 //!   one waiter: deadline, signals; `run::progress`, the status line),
 //!   `run::command` (start and reap), `run::supervise` (`--max-time`),
 //!   `run::signals`,
-//!   `run::fd_mode` (flock(1)'s descriptor form), `run::urls` (lock URLs).
-//! - `backend` is the seam: `LockTarget` (which backend a lock goes to),
-//!   `Capabilities`, `Contender`, `Backend`, `Held`;
-//!   each backend in its own folder (`file`, with `slots` and `holder`,
-//!   who holds it for the run path's messages; `etcd`; `postgres`), and
-//!   `backend::lost`, what every lock URL does when its lock is lost. A
-//!   backend knows nothing of the run flow.
-//! - `inspect` and `report` answer `holder`/`check`, for every backend
-//!   (`inspect::look_up` picks the backend's inspection); the run path
-//!   never reaches them.
+//!   `run::fd_mode` (flock(1)'s descriptor form), `run::urls` (lock URLs,
+//!   generic over the backend).
+//! - `backend` is the seam: `Capabilities`, `Contender`, `Backend`, `Held`;
+//!   each backend in its own folder with all that is its own (`file`, with
+//!   `slots`, `holder`, who holds it for the run path's messages, and
+//!   `inspect`; `etcd`; `postgres`: each with `entry`, what the registry
+//!   asks of it, and `inspect`), and `backend::lost`, what every lock URL
+//!   does when its lock is lost. A backend knows nothing of the run flow.
+//! - `report` prints `holder`/`check`'s answer, `inspect::Report`, which
+//!   every backend's inspection fills; the run path never reaches a
+//!   backend's inspection, the registry or `report`.
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
 //!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
 //!   and `platform`, the one place for operating-system specifics (with
@@ -48,6 +53,7 @@ pub mod mode;
 pub mod persona;
 pub mod platform;
 pub mod record;
+pub mod registry;
 pub mod report;
 pub mod run;
 pub mod sanitize;

@@ -6,10 +6,10 @@
 //! arguments come straight from the C `main`.
 #![no_main]
 
-use lockrun::backend::postgres;
 use lockrun::cli::{self, Invocation, LockTarget};
 use lockrun::exit_codes::{self, Failure};
 use lockrun::inspect::{self, State};
+use lockrun::registry;
 use lockrun::run::fd_mode;
 use lockrun::run::signals;
 use lockrun::run::{self, Ending};
@@ -26,7 +26,7 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
         .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
         .map(|arg| std::ffi::OsStr::from_bytes(arg.to_bytes()).to_owned())
         .collect();
-    if postgres::ENABLED {
+    if registry::HIDES_PASSWORDS {
         hide_passwords(argc, argv);
     }
     persona::set_from_argv0(args.first().map(OsString::as_os_str));
@@ -55,7 +55,7 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
 /// (`postgres://u:***@db/ops#job`), so that its length is not shown either.
 const PASSWORD_MASK: &[u8] = b"***";
 
-/// Overwrites the passwords of postgres:// URLs in our own argv, which is
+/// Overwrites the passwords of lock URLs (postgres://) in our own argv, which is
 /// what `ps` shows (/proc/PID/cmdline), with [`PASSWORD_MASK`]. The
 /// password is still in our copy (`args`, taken before).
 ///
@@ -87,7 +87,7 @@ fn hide_passwords(argc: c_int, argv: *const *const c_char) {
             .to_vec();
         // The last span first: moving bytes left leaves earlier offsets as
         // they were.
-        for span in postgres::password_spans(&bytes).into_iter().rev() {
+        for span in registry::password_spans(&bytes).into_iter().rev() {
             let width = PASSWORD_MASK.len().min(span.len());
             let removed = span.len() - width;
             // SAFETY: every write and move stays inside the strings from
@@ -139,8 +139,7 @@ fn standard_streams_open() {
 fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     match invocation {
         Invocation::Run(opts) => run::run(&opts),
-        Invocation::EtcdRun(opts) => run::urls::etcd(&opts),
-        Invocation::PgRun(opts) => run::urls::postgres(&opts),
+        Invocation::UrlRun(opts) => registry::run(&opts),
         Invocation::Fd(opts) => fd_mode::run(&opts).map(Ending::Status),
         Invocation::Holder { json, targets } => holder(json, &targets).map(Ending::Status),
         Invocation::Check {
@@ -164,7 +163,7 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
 fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
     let mut status = 0;
     for target in targets {
-        match inspect::look_up(target, true, false) {
+        match registry::look_up(target, true, false) {
             Ok(found) => {
                 if found.unreadable {
                     status = exit_codes::NO_INPUT;
@@ -183,7 +182,7 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
 }
 
 fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8, Failure> {
-    let found = inspect::look_up(target, json || !quiet, probe)?;
+    let found = registry::look_up(target, json || !quiet, probe)?;
     if !quiet {
         print_report(&found, json)?;
     }

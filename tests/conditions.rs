@@ -367,7 +367,7 @@ fn churn_in_the_lock_table_never_makes_a_held_lock_free() {
     for path in [&lock, &bare, &posix] {
         let mut wrong = 0;
         for _ in 0..checks {
-            let report = lockrun::inspect::inspect(path, false).unwrap();
+            let report = lockrun::backend::file::inspect::inspect(path, false).unwrap();
             if report.state != lockrun::inspect::State::Held {
                 wrong += 1;
             }

@@ -36,7 +36,7 @@ fn completions_and_man_pages_are_up_to_date() {
 #[test]
 fn generate_prints_the_man_page_and_completions_of_this_build() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let etcd = lockrun::backend::etcd::ENABLED;
+    let etcd = lockrun::registry::built().next().is_some();
     let mut expected: Vec<(&str, String, Vec<u8>)> = Vec::new();
     let man = lockrun::generate::man_pages(etcd).remove(0);
     expected.push(("man", man.0, man.1.into_bytes()));
@@ -77,7 +77,7 @@ fn the_default_builds_docs_name_no_lock_urls() {
     }
     let mut help = lockrun::cli::command_for(false);
     let mut helps = vec![help.render_long_help().to_string()];
-    if !lockrun::backend::etcd::ENABLED {
+    if lockrun::registry::built().next().is_none() {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockrun"))
             .arg("--help")
             .output()
@@ -92,4 +92,48 @@ fn the_default_builds_docs_name_no_lock_urls() {
             );
         }
     }
+}
+
+/// Every build's `--help` and man page name each lock URL backend it has,
+/// by its URL and its own words, and none it lacks (`--features etcd`
+/// alone says nothing of postgres://, and the reverse).
+#[test]
+fn help_and_man_page_name_exactly_the_backends_built() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockrun"))
+        .arg("--help")
+        .output()
+        .expect("run lockrun");
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockrun"))
+        .args(["--generate", "man"])
+        .output()
+        .expect("run lockrun");
+    let man = String::from_utf8_lossy(&out.stdout).replace("\\-", "-");
+    let mut any = false;
+    for (built, words) in lockrun::registry::all() {
+        any |= built;
+        let scheme = words.url.split("://").next().expect("a scheme");
+        let scheme = format!("{scheme}://");
+        for (what, text) in [("--help", &help), ("the man page", &man)] {
+            assert_eq!(
+                text.contains(&scheme),
+                built,
+                "{what} {} {scheme}",
+                if built { "lacks" } else { "advertises" }
+            );
+        }
+        // clap wraps --help at 80 columns: compare with whitespace runs as
+        // one space.
+        let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        if built {
+            assert!(
+                flat(&help).contains(&flat(words.help_exit)),
+                "--help lacks {}",
+                words.help_exit
+            );
+        }
+    }
+    assert_eq!(help.contains("--ttl"), any, "--ttl in --help");
+    assert_eq!(man.contains("--ttl"), any, "--ttl in the man page");
 }

@@ -2,7 +2,7 @@
 //! never panics, human output never carries a raw control character, and
 //! JSON output always parses (issue: hostile paths and bad input).
 
-use lockrun::inspect::etcd::EtcdLock;
+use lockrun::backend::etcd::inspect::EtcdLock;
 use lockrun::inspect::{Holder, Report, Span, State};
 use lockrun::record::{Exit, Record};
 use proptest::prelude::*;
@@ -220,7 +220,7 @@ proptest! {
 fn a_services_json_keeps_its_field_order() {
     let mut report = Report::free("postgres:///#x".into());
     report.service = Some(
-        lockrun::inspect::postgres::PgLock {
+        lockrun::backend::postgres::inspect::PgLock {
             key: 1,
             backend_pid: Some(2),
             application_name: Some("app".into()),

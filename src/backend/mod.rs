@@ -10,12 +10,9 @@
 
 pub mod etcd;
 pub mod file;
-#[cfg(any(feature = "etcd", feature = "postgres"))]
+#[cfg(feature = "lock-urls")]
 pub mod lost;
 pub mod postgres;
-mod target;
-
-pub use target::LockTarget;
 
 use crate::exit_codes::Failure;
 use crate::record::Record;
@@ -302,4 +299,114 @@ pub fn url_env(token: i64, slot: Option<u16>) -> Vec<(&'static str, std::ffi::Os
         env.push(("LOCKRUN_SLOT", slot.to_string().into()));
     }
     env
+}
+
+/// A backend's own words for `--help` and the man pages: what the registry
+/// (src/registry.rs) puts together for the backends a build has, so that a
+/// build advertises exactly those, each in its own words.
+pub struct Words {
+    /// The URL form, for LOCKFILE's help (`etcd://HOST:PORT/NAME`).
+    pub url: &'static str,
+    /// Its paragraph in `--help` (after the examples).
+    pub help: &'static str,
+    /// Its exit statuses in `--help`'s summary (`69 etcd unreachable`).
+    pub help_exit: &'static str,
+    /// What `--ttl` means for it.
+    pub ttl: &'static str,
+    /// lockrun(1): its DESCRIPTION subsection, ENVIRONMENT entries (the
+    /// command's, then what lockrun reads) and EXIT STATUS entries.
+    pub man_description: &'static str,
+    pub man_environment: &'static str,
+    pub man_reads: &'static str,
+    pub man_exit: &'static str,
+    /// lockrun-holder(1) and lockrun-check(1): a paragraph and exit
+    /// statuses.
+    pub holder_description: &'static str,
+    pub inspect_exit: &'static str,
+    /// `holder`'s summary line for its unreachable status (`69 etcd cannot
+    /// be reached`).
+    pub help_inspect_exit: &'static str,
+}
+
+/// A backend's clap options where it has none of its own (PostgreSQL
+/// takes libpq's settings in the URL).
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct NoArgs {}
+
+/// What every lock URL's run form takes from the command line, once the
+/// registry has checked it against the backend's [`Capabilities`].
+pub struct UrlBase {
+    pub nonblocking: bool,
+    pub timeout: Option<std::time::Duration>,
+    pub ttl: Option<std::time::Duration>,
+    pub slots: Option<u16>,
+    pub settings: RunSettings,
+}
+
+impl UrlBase {
+    /// The run options for `url`, `--ttl`'s default filled in.
+    pub fn with<U>(self, url: U) -> UrlRunOptions<U> {
+        UrlRunOptions {
+            url,
+            nonblocking: self.nonblocking,
+            timeout: self.timeout,
+            ttl: self.ttl.unwrap_or(DEFAULT_TTL),
+            slots: self.slots,
+            settings: self.settings,
+        }
+    }
+}
+
+/// The backend of a lock URL scheme this build does not have: it cannot
+/// be made (there is no value of it), so the registry's one code path
+/// compiles for every build and the compiler drops it where the feature
+/// is off.
+pub enum Unbuilt {}
+
+impl Contender for Unbuilt {
+    fn try_acquire(&mut self) -> Result<bool, Failure> {
+        match *self {}
+    }
+    fn blocking(&mut self) -> Result<Blocking, Failure> {
+        match *self {}
+    }
+    fn holder(&mut self) -> Option<String> {
+        match *self {}
+    }
+    fn conflict_holder(&mut self) -> String {
+        match *self {}
+    }
+}
+
+impl Backend for Unbuilt {
+    type Held = Unbuilt;
+    const CAPS: Capabilities = Capabilities {
+        kind: "lock URLs",
+        shared: false,
+        exec_in_place: false,
+        poll: false,
+        lease: false,
+        byte_ranges: false,
+        slots: false,
+        stays_to: "",
+        woken_by: "",
+    };
+    fn failure_status(&self) -> u8 {
+        match *self {}
+    }
+    fn give_up(self) {
+        match self {}
+    }
+    fn acquired(self, _record: Option<&Record>, _verbose: bool) -> Result<Unbuilt, Failure> {
+        match self {}
+    }
+}
+
+impl Held for Unbuilt {
+    fn store_record(&mut self, _record: &Record, _released: bool) -> Result<(), String> {
+        match *self {}
+    }
+    fn release(self) -> Result<(), String> {
+        match self {}
+    }
 }

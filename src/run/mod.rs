@@ -65,7 +65,7 @@ pub struct Flow<'a> {
     pub settings: &'a RunSettings,
     /// A lock URL's watchdog (`platform::watchdog`): told the command's
     /// pid, its end, and the lock's connection. Never on a lock file.
-    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    #[cfg(feature = "lock-urls")]
     pub watchdog: Option<&'a platform::Watchdog>,
 }
 
@@ -87,7 +87,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         wait: opts.wait,
         exec_in_place: opts.exec_in_place,
         settings: &opts.settings,
-        #[cfg(any(feature = "etcd", feature = "postgres"))]
+        #[cfg(feature = "lock-urls")]
         watchdog: None,
     };
     let opening = crate::backend::file::Opening {
@@ -173,7 +173,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     // The connection goes to the watchdog before the command exists: from
     // its start on, lockrun's death leaves the lock held until the
     // watchdog has stopped it.
-    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    #[cfg(feature = "lock-urls")]
     if let (Some(watchdog), Some(fd)) = (flow.watchdog, held.connection_fd()) {
         watchdog.hold(fd);
     }
@@ -198,7 +198,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         kept => kept,
     };
     signals::command_started(pid, shared_group);
-    #[cfg(any(feature = "etcd", feature = "postgres"))]
+    #[cfg(feature = "lock-urls")]
     if let Some(watchdog) = flow.watchdog {
         watchdog.command_started(pid);
     }
@@ -214,7 +214,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     let (status, start) = wait_for_command(pid, reap_orphans, |pid| {
         held.command_exited();
         // While the command is a zombie, before its pid can be reused.
-        #[cfg(any(feature = "etcd", feature = "postgres"))]
+        #[cfg(feature = "lock-urls")]
         if let Some(watchdog) = flow.watchdog {
             watchdog.command_exited();
         }

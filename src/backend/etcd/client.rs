@@ -1260,7 +1260,7 @@ impl Inner {
                 .await
                 .map_err(|e| Failed::Member(e.message))?;
             if self.verbose.load(Ordering::Relaxed) {
-                crate::say!("lockrun: {}", super::keeper::revoked(kv));
+                crate::say!("lockrun: {}", super::keeper::revoked(&kv.key, kv.lease));
             }
             any = true;
         }

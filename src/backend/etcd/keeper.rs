@@ -50,12 +50,13 @@ pub fn with_start(line: &[u8], start: Option<u64>) -> Vec<u8> {
     out
 }
 
-/// What `-v` says of a key revoked as abandoned.
-pub fn revoked(kv: &super::client::Kv) -> String {
+/// What `-v` says of a key revoked as abandoned: its name and lease, not
+/// the client's key type, so that this module stays below the client
+/// that calls it.
+pub fn revoked(key: &str, lease: i64) -> String {
     format!(
-        "revoked the lease of {} (lease {:x}): the lockrun that queued it on this host is gone",
-        crate::display::escape(&kv.key),
-        kv.lease
+        "revoked the lease of {} (lease {lease:x}): the lockrun that queued it on this host is gone",
+        crate::display::escape(key),
     )
 }
 

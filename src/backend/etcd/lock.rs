@@ -122,7 +122,7 @@ impl EtcdBackend {
                 .revoke_abandoned(kv)
                 .map_err(|e| self.failure(&e))?;
             if self.verbose {
-                crate::say!("lockrun: {}", keeper::revoked(kv));
+                crate::say!("lockrun: {}", keeper::revoked(&kv.key, kv.lease));
             }
             any = true;
         }

@@ -1,7 +1,7 @@
 //! Locks in etcd v3 instead of the file system: `etcd://HOST:PORT[,...]/NAME`
 //! in place of LOCKFILE.
 //!
-//! Reached only through [`crate::backend::LockTarget::Etcd`]: the file path
+//! Reached only through [`crate::registry::LockTarget::Etcd`]: the file path
 //! never runs a line of this module. It talks gRPC to etcd ([`client`],
 //! on the etcd-client crate), with TLS and authentication as etcdctl has
 //! them ([`Access`]).
@@ -14,6 +14,10 @@
 
 #[cfg(feature = "etcd")]
 pub mod client;
+/// What the registry asks of this backend: options, words, entry points.
+pub mod entry;
+/// `holder`/`check` on an etcd lock URL; never reached from the run path.
+pub mod inspect;
 #[cfg(feature = "etcd")]
 pub mod keeper;
 #[cfg(feature = "etcd")]

@@ -2,6 +2,8 @@
 //! the last descriptor closes. The record lives in the lock file itself.
 
 pub mod holder;
+/// `holder`/`check` on a lock file; never reached from the run path.
+pub mod inspect;
 pub mod lock;
 pub mod slots;
 

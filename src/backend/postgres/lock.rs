@@ -14,6 +14,7 @@ use super::RunOptions;
 use super::connect::{self, Target};
 use super::session::{self, Session};
 use super::slots::{self, Entry};
+use super::sql::{Row, SESSION_MARK, literal, record_in};
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
 use crate::display;
@@ -27,15 +28,6 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-/// A setting lockrun gives its server session, unique to the run: a
-/// session that already has one when lockrun connects was handed over from
-/// another client, which only a pooler in transaction or statement mode
-/// does (a session-mode pool resets the session, DISCARD ALL, between
-/// clients; a direct connection is a new session). Such a pooler runs
-/// other clients' statements in the session holding our lock, and their
-/// `pg_try_advisory_lock` succeeds in it: nothing is taken then.
-pub const SESSION_MARK: &str = "lockrun.session";
 
 /// While a statement of ours runs (a wait), the server checks every second
 /// whether we are still connected (PostgreSQL 14 or later; NULL before),
@@ -58,7 +50,7 @@ fn shares_sessions(target: &Target, mark: &str) -> bool {
         .simple_query(&format!("SELECT current_setting('{SESSION_MARK}', true)"))
         .ok()
         .and_then(|answer| first_value(&answer))
-        .and_then(|row| row.into_iter().next().flatten());
+        .and_then(|row| row.first());
     seen.as_deref() == Some(mark)
 }
 
@@ -78,13 +70,6 @@ fn connection_socket(before: &[(i32, OsString)]) -> Option<OwnedFd> {
     // SAFETY: `fd` is open (the client's socket) while we duplicate it.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     rustix::io::fcntl_dupfd_cloexec(borrowed, 3).ok()
-}
-
-/// pg_locks shows a bigint advisory key as two oids: the high and the low
-/// 32 bits.
-pub fn key_parts(key: i64) -> (u32, u32) {
-    let bits = key as u64;
-    ((bits >> 32) as u32, bits as u32)
 }
 
 /// A statement comment carrying `record`: every statement of ours starts
@@ -207,19 +192,6 @@ pub fn record_lost(query: &str) -> bool {
     query.starts_with("/*lockrun ") && record_in(query).is_none()
 }
 
-/// `text` as an SQL string literal whatever `standard_conforming_strings`
-/// says: an escape string, its backslashes and quotes escaped.
-pub fn literal(text: &str) -> String {
-    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
-/// The record back from a statement's text, if it carries one.
-pub fn record_in(query: &str) -> Option<Record> {
-    let rest = query.strip_prefix("/*lockrun ")?;
-    let end = rest.find("*/")?;
-    Record::parse(&rest.as_bytes()[..end])
-}
-
 /// The server-side keepalive settings of our session: if lockrun's host
 /// dies, the server notices after about 2 x TTL and ends the session,
 /// releasing the lock. Later than lockrun gives up on its side (one TTL),
@@ -318,33 +290,30 @@ struct Take {
     plain: Option<i32>,
 }
 
-fn take_answer(row: &[Option<String>]) -> Option<Take> {
-    let value = |i: usize| row.get(i).cloned().flatten();
-    let other = value(0)
+/// The answer of `slots::take_sql`, by its columns' names.
+fn take_answer(row: &Row) -> Option<Take> {
+    let value = |name: &str| row.get(name);
+    let other = value("other_n")
         .and_then(|n| n.parse().ok())
-        .zip(value(1).and_then(|p| p.parse().ok()));
-    let slot = value(3)
+        .zip(value("other_pid").and_then(|p| p.parse().ok()));
+    let slot = value("slot")
         .and_then(|k| k.parse().ok())
-        .zip(value(4).and_then(|k| k.parse().ok()));
+        .zip(value("slot_key").and_then(|k| k.parse().ok()));
     Some(Take {
         other,
-        head: value(2)? == "t",
+        head: value("head")? == "t",
         slot,
-        token: value(5).and_then(|t| t.parse().ok()),
-        plain: value(6).and_then(|p| p.parse().ok()),
+        token: value("token").and_then(|t| t.parse().ok()),
+        plain: value("plain_pid").and_then(|p| p.parse().ok()),
     })
 }
 
 /// Every row of a simple query's answer, statement after statement.
-fn all_rows(answer: &[SimpleQueryMessage]) -> Vec<Vec<Option<String>>> {
+fn all_rows(answer: &[SimpleQueryMessage]) -> Vec<Row> {
     answer
         .iter()
         .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_owned))
-                    .collect(),
-            ),
+            SimpleQueryMessage::Row(row) => Some(Row::of(row)),
             _ => None,
         })
         .collect()
@@ -442,7 +411,7 @@ impl PgBackend {
         // The fencing token comes with the lock, in the same statement.
         let first = match opts.slots {
             None => format!(
-                "CASE WHEN pg_try_advisory_lock(k) THEN txid_current() END, {}",
+                "CASE WHEN pg_try_advisory_lock(k) THEN txid_current() END AS token, {} AS slots_unused",
                 slots::unused_sql(&name)
             ),
             Some(n) => slots::announce_sql(&name, n),
@@ -459,9 +428,10 @@ impl PgBackend {
                 .as_nanos()
         );
         let mut sql = format!(
-            "{comment}SELECT k, pg_backend_pid(), {first}, inet_server_port(), \
-             set_config('{SESSION_MARK}', {}, false), {CHECK_CLIENT}, \
-             (SELECT setting::int FROM pg_settings WHERE name = 'track_activity_query_size')",
+            "{comment}SELECT k AS lock_key, pg_backend_pid() AS backend_pid, {first}, \
+             inet_server_port() AS server_port, set_config('{SESSION_MARK}', {}, false) AS mark, \
+             {CHECK_CLIENT} AS checks_client, \
+             (SELECT setting::int FROM pg_settings WHERE name = 'track_activity_query_size') AS query_size",
             literal(&mark)
         );
         for (name, value) in server_keepalive(ttl) {
@@ -488,16 +458,16 @@ impl PgBackend {
             return Err(unavailable(label, POOLER));
         }
         let row = rows.first().cloned().unwrap_or_default();
-        let value = |i: usize| row.get(i).cloned().flatten();
-        let server_port = value(4).and_then(|v| v.parse::<u16>().ok());
-        let checks_client = value(6).is_some();
-        let query_size = value(7)
+        let value = |name: &str| row.get(name);
+        let server_port = value("server_port").and_then(|v| v.parse::<u16>().ok());
+        let checks_client = value("checks_client").is_some();
+        let query_size = value("query_size")
             .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or(QUERY_SIZE);
         let comment = fitted_comment(&record, query_size);
         let (Some(key), Some(backend_pid)) = (
-            value(0).and_then(|v| v.parse::<i64>().ok()),
-            value(1).and_then(|v| v.parse::<i32>().ok()),
+            value("lock_key").and_then(|v| v.parse::<i64>().ok()),
+            value("backend_pid").and_then(|v| v.parse::<i32>().ok()),
         ) else {
             return Err(unavailable(
                 label,
@@ -513,7 +483,7 @@ impl PgBackend {
         let (token, slot_state) = match opts.slots {
             None => {
                 // Someone uses the name with --slots: which N, read only now.
-                if value(3).as_deref() != Some("t")
+                if value("slots_unused").as_deref() != Some("t")
                     && let Some(theirs) = announced(&mut client, &name)
                 {
                     return Err(disagree(
@@ -523,13 +493,10 @@ impl PgBackend {
                         &announcer(&mut client, &name, None),
                     ));
                 }
-                (value(2).and_then(|v| v.parse::<i64>().ok()), None)
+                (value("token").and_then(|v| v.parse::<i64>().ok()), None)
             }
             Some(n) => {
-                let take = rows
-                    .get(1)
-                    .and_then(|r| take_answer(r))
-                    .ok_or_else(malformed)?;
+                let take = rows.get(1).and_then(take_answer).ok_or_else(malformed)?;
                 if let Some((theirs, _)) = take.other {
                     return Err(disagree(
                         label,
@@ -594,7 +561,7 @@ impl PgBackend {
     /// bring it; with proof that the lock stayed with our session.
     fn fencing_token(&self, client: &mut Client, key: i64) -> Result<i64, Failure> {
         let sql = format!(
-            "{}SELECT txid_current(), ({})",
+            "{}SELECT txid_current() AS token, ({}) AS holds",
             self.comment,
             session::holds_sql(key)
         );
@@ -609,13 +576,8 @@ impl PgBackend {
             }
         };
         let row = first_value(&row).unwrap_or_default();
-        let value = |i: usize| {
-            row.get(i)
-                .cloned()
-                .flatten()
-                .and_then(|v| v.parse::<i64>().ok())
-        };
-        let (Some(token), Some(holds)) = (value(0), value(1)) else {
+        let value = |name: &str| row.get(name).and_then(|v| v.parse::<i64>().ok());
+        let (Some(token), Some(holds)) = (value("token"), value("holds")) else {
             return Err(self.failure("the server's answer to the fencing-token query is malformed"));
         };
         if holds != 1 {
@@ -643,12 +605,7 @@ fn announced(client: &mut Client, name: &str) -> Option<u16> {
     let answer = client
         .simple_query(&format!("SELECT {}", slots::announced_sql(name)))
         .ok()?;
-    first_value(&answer)?
-        .into_iter()
-        .next()
-        .flatten()?
-        .parse()
-        .ok()
+    first_value(&answer)?.first()?.parse().ok()
 }
 
 /// The session `pid`, holding the plain lock on `key`, in the conflict
@@ -803,13 +760,9 @@ fn cancelled_or(e: &postgres::Error) -> String {
     }
 }
 
-fn first_value(answer: &[SimpleQueryMessage]) -> Option<Vec<Option<String>>> {
+fn first_value(answer: &[SimpleQueryMessage]) -> Option<Row> {
     answer.iter().find_map(|m| match m {
-        SimpleQueryMessage::Row(row) => Some(
-            (0..row.len())
-                .map(|i| row.get(i).map(str::to_owned))
-                .collect(),
-        ),
+        SimpleQueryMessage::Row(row) => Some(Row::of(row)),
         _ => None,
     })
 }
@@ -860,7 +813,7 @@ impl Contender for PgBackend {
         match client.simple_query(&sql) {
             Ok(answer) => {
                 self.token = first_value(&answer)
-                    .and_then(|row| row.into_iter().next().flatten())
+                    .and_then(|row| row.first())
                     .and_then(|v| v.parse().ok());
                 Ok(self.token.is_some())
             }
@@ -919,7 +872,7 @@ impl Contender for PgBackend {
         Ok(Box::new(move || match client.simple_query(&sql) {
             Ok(answer) => {
                 let token = first_value(&answer)
-                    .and_then(|row| row.into_iter().next().flatten())
+                    .and_then(|row| row.first())
                     .and_then(|v| v.parse().ok());
                 *returned.lock().unwrap_or_else(PoisonError::into_inner) = Some((client, token));
                 Ok(())
@@ -1129,17 +1082,6 @@ impl Held for PgHeld {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn literals_escape_quotes_and_backslashes() {
-        assert_eq!(literal(r"a'b\c"), r"E'a\'b\\c'");
-    }
-
-    #[test]
-    fn keys_split_as_pg_locks_shows_them() {
-        assert_eq!(key_parts(-1), (u32::MAX, u32::MAX));
-        assert_eq!(key_parts(0x1_0000_0002), (1, 2));
-    }
 
     #[test]
     fn a_long_record_is_cut_to_fit_and_stays_readable() {

@@ -25,11 +25,15 @@
 //! confirmed check), so the two holders' commands do not overlap unless
 //! `--kill-grace` is longer than the TTL.
 //!
-//! Reached only through [`crate::backend::LockTarget::Postgres`]: the file path
+//! Reached only through [`crate::registry::LockTarget::Postgres`]: the file path
 //! never runs a line of this module.
 
 #[cfg(feature = "postgres")]
 pub mod connect;
+/// What the registry asks of this backend: options, words, entry points.
+pub mod entry;
+/// `holder`/`check` on a PostgreSQL lock URL; never reached from the run path.
+pub mod inspect;
 #[cfg(feature = "postgres")]
 pub mod lock;
 #[cfg(feature = "postgres")]
@@ -38,6 +42,8 @@ pub mod session;
 pub mod sessions;
 #[cfg(feature = "postgres")]
 pub mod slots;
+#[cfg(feature = "postgres")]
+pub mod sql;
 
 use crate::exit_codes::Failure;
 use std::fmt;

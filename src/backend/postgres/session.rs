@@ -83,7 +83,7 @@ struct Threads {
 
 /// What the pinger asks: does our session still hold the lock?
 pub fn holds_sql(key: i64) -> String {
-    let (classid, objid) = super::lock::key_parts(key);
+    let (classid, objid) = super::sql::key_parts(key);
     format!(
         "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' \
          AND objsubid = 1 AND classid = {classid} AND objid = {objid} AND granted \

@@ -2,7 +2,7 @@
 //! pg_stat_activity: what the run path says of a holder (status line,
 //! conflict message), and what `holder` shows.
 
-use super::lock::{key_parts, record_in};
+use super::sql::{key_parts, named, record_in};
 use crate::display;
 use crate::record::Record;
 use postgres::{Client, SimpleQueryMessage};
@@ -53,9 +53,11 @@ impl PgSession {
 }
 
 /// What every query below reads of a session, from `l` (pg_locks) and `a`
-/// (pg_stat_activity), in [`parse`]'s order.
-const COLUMNS: &str = "l.pid, l.granted, a.application_name, a.usename, host(a.client_addr), \
-     to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), a.query";
+/// (pg_stat_activity), named as [`parse`] reads them.
+const COLUMNS: &str = "l.pid AS pid, l.granted AS granted, a.application_name AS application_name, \
+     a.usename AS usename, host(a.client_addr) AS client_addr, \
+     to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS backend_start, \
+     a.query AS query";
 
 /// pg_locks rows in the current database.
 const THIS_DATABASE: &str =
@@ -71,17 +73,17 @@ fn sessions_sql(key: i64) -> String {
     )
 }
 
-/// A session from `row`, its columns from `from` on.
-fn parse(row: &postgres::SimpleQueryRow, from: usize) -> Option<PgSession> {
-    let text = |i: usize| row.get(from + i).map(str::to_owned);
+/// A session from `row`, read by [`COLUMNS`]' names.
+fn parse(row: &postgres::SimpleQueryRow) -> Option<PgSession> {
+    let text = |name: &str| named(row, name).map(str::to_owned);
     Some(PgSession {
-        pid: row.get(from)?.parse().ok()?,
-        granted: row.get(from + 1) == Some("t"),
-        application_name: text(2),
-        user: text(3),
-        client_addr: text(4),
-        backend_start: text(5),
-        query: text(6),
+        pid: named(row, "pid")?.parse().ok()?,
+        granted: named(row, "granted") == Some("t"),
+        application_name: text("application_name"),
+        user: text("usename"),
+        client_addr: text("client_addr"),
+        backend_start: text("backend_start"),
+        query: text("query"),
     })
 }
 
@@ -95,7 +97,7 @@ fn rows(answer: &[SimpleQueryMessage]) -> impl Iterator<Item = &postgres::Simple
 /// The sessions holding or waiting for the lock on `key`, holders first.
 pub fn sessions(client: &mut Client, key: i64) -> Result<Vec<PgSession>, postgres::Error> {
     let answer = client.simple_query(&sessions_sql(key))?;
-    Ok(rows(&answer).filter_map(|row| parse(row, 0)).collect())
+    Ok(rows(&answer).filter_map(parse).collect())
 }
 
 /// Slot 1..=`n` of the lock named by the SQL literal `name` (`--slots`):
@@ -113,7 +115,7 @@ pub fn slot_sessions(
     n: u16,
 ) -> Result<Vec<SlotSessions>, postgres::Error> {
     let sql = format!(
-        "SELECT s.k, s.key, {COLUMNS} \
+        "SELECT s.k AS slot, s.key AS slot_key, {COLUMNS} \
          FROM (SELECT k, {key} AS key FROM generate_series(1, {n}) AS k) s \
          LEFT JOIN (pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid) \
          ON l.locktype = 'advisory' AND l.objsubid = 1 AND {THIS_DATABASE} \
@@ -125,9 +127,9 @@ pub fn slot_sessions(
     Ok(rows(&answer)
         .filter_map(|row| {
             Some(SlotSessions {
-                slot: row.get(0)?.parse().ok()?,
-                key: row.get(1)?.parse().ok()?,
-                session: parse(row, 2),
+                slot: named(row, "slot")?.parse().ok()?,
+                key: named(row, "slot_key")?.parse().ok()?,
+                session: parse(row),
             })
         })
         .collect())
@@ -141,7 +143,7 @@ pub fn announcers(
     name: &str,
 ) -> Result<Vec<(u16, PgSession)>, postgres::Error> {
     let sql = format!(
-        "SELECT l.objid::bigint, {COLUMNS} \
+        "SELECT l.objid::bigint AS announced, {COLUMNS} \
          FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.objid <> 0 \
          AND l.classid = (hashtext({name})::bigint & 4294967295)::oid \
@@ -149,6 +151,6 @@ pub fn announcers(
     );
     let answer = client.simple_query(&sql)?;
     Ok(rows(&answer)
-        .filter_map(|row| Some((row.get(0)?.parse().ok()?, parse(row, 1)?)))
+        .filter_map(|row| Some((named(row, "announced")?.parse().ok()?, parse(row)?)))
         .collect())
 }

@@ -83,7 +83,7 @@ pub fn guard_idle_sql() -> String {
 pub fn restore_idle_sql(previous: &str) -> String {
     format!(
         "SELECT set_config('idle_session_timeout', {}, false)",
-        super::lock::literal(previous)
+        super::sql::literal(previous)
     )
 }
 
@@ -161,8 +161,8 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
     let head = match first {
         Some(mark) => format!(
             "CASE WHEN coalesce(current_setting('{}', true), '') <> {} THEN false ELSE {head} END",
-            super::lock::SESSION_MARK,
-            super::lock::literal(mark)
+            super::sql::SESSION_MARK,
+            super::sql::literal(mark)
         ),
         None => head,
     };
@@ -188,8 +188,10 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
              THEN false ELSE {head} END AS head) h WHERE h.head \
            UNION ALL \
            SELECT k + 1, pg_try_advisory_lock({slot}) FROM t WHERE NOT got AND k < {n}) \
-         SELECT (SELECT n FROM other), (SELECT pid FROM other), c.head, c.slot, {key}, \
-           CASE WHEN c.slot IS NOT NULL THEN txid_current() END, (SELECT pid FROM plain){unlock} \
+         SELECT (SELECT n FROM other) AS other_n, (SELECT pid FROM other) AS other_pid, \
+           c.head AS head, c.slot AS slot, {key} AS slot_key, \
+           CASE WHEN c.slot IS NOT NULL THEN txid_current() END AS token, \
+           (SELECT pid FROM plain) AS plain_pid{unlock} \
          FROM (SELECT count(*) > 0 AS head, max(k) FILTER (WHERE got) AS slot FROM t) c"
     )
 }

@@ -81,9 +81,10 @@ mod reading {
     use super::PgLock;
     use crate::backend::postgres::PgUrl;
     use crate::backend::postgres::connect::{self, Target};
-    use crate::backend::postgres::lock::{literal, record_lost};
+    use crate::backend::postgres::lock::record_lost;
     use crate::backend::postgres::sessions::{PgSession, SlotSessions, sessions, slot_sessions};
     use crate::backend::postgres::slots;
+    use crate::backend::postgres::sql::{literal, named};
     use crate::display;
     use crate::exit_codes::Failure;
     use crate::inspect::{Holder, Report, State};
@@ -124,7 +125,7 @@ mod reading {
         let name = literal(&url.name);
         // The key, and the N that --slots contenders announce, if any.
         let sql = format!(
-            "SELECT hashtextextended({name}, 0), {}",
+            "SELECT hashtextextended({name}, 0) AS lock_key, {} AS announced",
             slots::announced_sql(&name)
         );
         let (key, n) = match client.simple_query(&sql) {
@@ -132,8 +133,8 @@ mod reading {
                 .iter()
                 .find_map(|m| match m {
                     SimpleQueryMessage::Row(row) => Some((
-                        row.get(0).and_then(|v| v.parse::<i64>().ok()),
-                        row.get(1).and_then(|v| v.parse::<u16>().ok()),
+                        named(row, "lock_key").and_then(|v| v.parse::<i64>().ok()),
+                        named(row, "announced").and_then(|v| v.parse::<u16>().ok()),
                     )),
                     _ => None,
                 })

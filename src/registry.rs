@@ -1,0 +1,273 @@
+//! The one list of lock URL backends, and the only place outside their
+//! folders that names them.
+//!
+//! Each line of [`lock_urls!`] below is a backend: a `LockTarget` variant
+//! and the module in `src/backend/` whose `entry` gives what everything
+//! else asks of it: whether a LOCKFILE argument is its URL and what it
+//! parses to (`is_url`, `parse_target`), its clap options (`Args`,
+//! `InspectArgs`, `ARGS_ONLY_HERE`), its run form (`run_options`, `start`),
+//! its `holder`/`check` (`look_up`), its words for `--help` and the man
+//! pages (`WORDS`), its `Capabilities` (`CAPS`) and whether the build has
+//! it (`ENABLED`, `not_built`). `LockTarget`, main.rs's dispatch,
+//! `holder`/`check`, `--help` and `--generate` all go through here.
+//!
+//! A backend whose cargo feature is off still has its `entry` (parsing
+//! refuses with "built without", `start` returns a backend that cannot
+//! exist), so nothing here or in a caller writes `cfg`, and a build
+//! advertises exactly the backends it has ([`built`]).
+//!
+//! Above `run`, `inspect` and `backend`: it joins them, and neither the run
+//! path nor a backend reaches it (tests/layering.rs).
+
+use crate::backend::{self, Asked, Capabilities, UrlBase, Words};
+use crate::exit_codes::Failure;
+use crate::inspect::Report;
+use crate::run::{self, Ending};
+use clap::{Args as _, FromArgMatches as _};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+macro_rules! lock_urls {
+    ($($variant:ident => $module:ident),* $(,)?) => {
+        /// What a LOCKFILE argument names: the one place that decides which
+        /// backend a lock goes to. Nothing but a lock URL's scheme makes a
+        /// URL, so every path a user could mean as a file stays a file.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum LockTarget {
+            File(PathBuf),
+            $($variant(backend::$module::entry::Url),)*
+        }
+
+        impl LockTarget {
+            pub fn parse(arg: OsString) -> Result<LockTarget, Failure> {
+                $(
+                    if backend::$module::entry::is_url(&arg) {
+                        return backend::$module::entry::parse_target(&arg).map(LockTarget::$variant);
+                    }
+                )*
+                Ok(LockTarget::File(PathBuf::from(arg)))
+            }
+        }
+
+        /// The run form on a lock URL, as its backend takes it.
+        pub enum UrlRun {
+            $($variant(backend::$module::RunOptions),)*
+        }
+
+        /// Every lock URL backend's own options, as the command line gave
+        /// them (all default when none was given, or the build lacks it).
+        #[derive(Debug, Default, PartialEq, Eq)]
+        pub struct UrlArgs {
+            $($module: backend::$module::entry::Args,)*
+        }
+
+        /// The same for `holder` and `check`.
+        #[derive(Debug, Default, PartialEq, Eq)]
+        pub struct InspectArgs {
+            $($module: backend::$module::entry::InspectArgs,)*
+        }
+
+        /// Each lock URL backend: whether this build has it, its words,
+        /// what it can do, and what its options say elsewhere.
+        const ALL: &[(bool, &Words, &Capabilities, &str)] = &[
+            $((
+                backend::$module::ENABLED,
+                &backend::$module::entry::WORDS,
+                &backend::$module::CAPS,
+                backend::$module::entry::ARGS_ONLY_HERE,
+            ),)*
+        ];
+
+        /// Whether a built backend's URLs may carry a password, which
+        /// main.rs then hides from `ps` (a constant: the file path pays
+        /// nothing for it in a build without one).
+        pub const HIDES_PASSWORDS: bool =
+            false $(|| (backend::$module::ENABLED && backend::$module::entry::HAS_PASSWORDS))*;
+
+        /// Where passwords sit in an argument, for every built backend.
+        pub fn password_spans(arg: &[u8]) -> Vec<std::ops::Range<usize>> {
+            let mut spans = Vec::new();
+            $(
+                if backend::$module::ENABLED && backend::$module::entry::HAS_PASSWORDS {
+                    spans.extend(backend::$module::entry::password_spans(arg));
+                }
+            )*
+            spans.sort_by_key(|s| s.start);
+            spans
+        }
+
+        /// The run form on a lock URL.
+        pub fn run(opts: &UrlRun) -> Result<Ending, Failure> {
+            match opts {
+                $(UrlRun::$variant(opts) => {
+                    if !backend::$module::ENABLED {
+                        return Err(backend::$module::not_built());
+                    }
+                    run::urls::run_url(opts, &opts.url.text, |label| {
+                        backend::$module::entry::start(opts, label)
+                    })
+                })*
+            }
+        }
+
+        /// `holder` and `check` on any lock, asked where it lives. `probe`
+        /// (`check --probe`) tries a file lock whose state the kernel's
+        /// table leaves unknown; a lock URL's state is never in doubt while
+        /// its service answers, and a probe cannot help when it does not.
+        pub fn look_up(target: &LockTarget, want_holders: bool, probe: bool) -> Result<Report, Failure> {
+            match target {
+                LockTarget::File(path) => backend::file::inspect::look_up(path, want_holders, probe),
+                $(LockTarget::$variant(url) => backend::$module::entry::look_up(url),)*
+            }
+        }
+
+        /// The run form's options on a lock URL, its backend's refusals
+        /// first (what it cannot do, another backend's options).
+        pub fn url_run(target: LockTarget, asked: &Asked, args: UrlArgs, base: UrlBase) -> Result<UrlRun, Refusal> {
+            match target {
+                LockTarget::File(_) => Err(Refusal::Usage(String::from("not a lock URL"))),
+                $(LockTarget::$variant(url) => {
+                    backend::$module::CAPS.refuse(asked).map_err(Refusal::Usage)?;
+                    if let Some(message) = others_given(&args, stringify!($module)) {
+                        return Err(Refusal::Usage(message));
+                    }
+                    backend::$module::entry::run_options(url, &args.$module, base)
+                        .map(UrlRun::$variant)
+                        .map_err(Refusal::Failure)
+                })*
+            }
+        }
+
+        /// The message for the first backend other than `own` whose
+        /// options were given.
+        fn others_given(args: &UrlArgs, own: &str) -> Option<String> {
+            $(
+                if stringify!($module) != own && args.$module != Default::default() {
+                    return Some(backend::$module::entry::ARGS_ONLY_HERE.to_owned());
+                }
+            )*
+            None
+        }
+
+        /// The message when a lock file was given lock URL options.
+        fn any_given(args: &UrlArgs) -> Option<&'static str> {
+            $(
+                if args.$module != Default::default() {
+                    return Some(backend::$module::entry::ARGS_ONLY_HERE);
+                }
+            )*
+            None
+        }
+
+        /// `holder`/`check` targets with the options given: each URL gets
+        /// its own backend's; options no target can take are a usage error.
+        pub fn with_inspect_args(targets: Vec<LockTarget>, args: &InspectArgs) -> Result<Vec<LockTarget>, String> {
+            $(
+                if args.$module != Default::default()
+                    && !targets.iter().any(|t| matches!(t, LockTarget::$variant(_)))
+                {
+                    return Err(backend::$module::entry::ARGS_ONLY_HERE.to_owned());
+                }
+            )*
+            targets
+                .into_iter()
+                .map(|target| match target {
+                    LockTarget::File(path) => Ok(LockTarget::File(path)),
+                    $(LockTarget::$variant(url) => backend::$module::entry::with_inspect_args(url, &args.$module)
+                        .map(LockTarget::$variant)
+                        .map_err(|f| f.message),)*
+                })
+                .collect()
+        }
+
+        /// The run form's command line with each built backend's options.
+        pub fn augment_run(mut cmd: clap::Command) -> clap::Command {
+            $(
+                if backend::$module::ENABLED {
+                    cmd = <backend::$module::entry::Args>::augment_args(cmd);
+                }
+            )*
+            cmd
+        }
+
+        /// `holder`'s or `check`'s with each built backend's options.
+        pub fn augment_inspect(mut cmd: clap::Command) -> clap::Command {
+            $(
+                if backend::$module::ENABLED {
+                    cmd = <backend::$module::entry::InspectArgs>::augment_args(cmd);
+                }
+            )*
+            cmd
+        }
+
+        /// Each built backend's options from clap's matches.
+        pub fn url_args(matches: &clap::ArgMatches) -> Result<UrlArgs, clap::Error> {
+            Ok(UrlArgs {
+                $($module: if backend::$module::ENABLED {
+                    <backend::$module::entry::Args>::from_arg_matches(matches)?
+                } else {
+                    Default::default()
+                },)*
+            })
+        }
+
+        pub fn inspect_args(matches: &clap::ArgMatches) -> Result<InspectArgs, clap::Error> {
+            Ok(InspectArgs {
+                $($module: if backend::$module::ENABLED {
+                    <backend::$module::entry::InspectArgs>::from_arg_matches(matches)?
+                } else {
+                    Default::default()
+                },)*
+            })
+        }
+    };
+}
+
+// The lock URL backends: one line each.
+lock_urls! {
+    Etcd => etcd,
+    Postgres => postgres,
+}
+
+/// Why a lock URL's run form is refused: a usage error the command line
+/// shows with its usage (an option the backend cannot take), or the
+/// backend's own failure, as it words it.
+pub enum Refusal {
+    Usage(String),
+    Failure(Failure),
+}
+
+impl LockTarget {
+    /// A lock URL: its service, not this machine's kernel, holds the lock,
+    /// so a look-up that cannot tell means the service could not be asked.
+    pub fn is_url(&self) -> bool {
+        !matches!(self, LockTarget::File(_))
+    }
+}
+
+impl UrlArgs {
+    /// What a lock file says to lock URL options, if any were given.
+    pub fn refused_for_files(&self) -> Option<&'static str> {
+        any_given(self)
+    }
+}
+
+/// The words of the lock URL backends this build has, in the registry's
+/// order.
+pub fn built() -> impl Iterator<Item = &'static Words> {
+    ALL.iter()
+        .filter(|(enabled, ..)| *enabled)
+        .map(|(_, words, ..)| *words)
+}
+
+/// Whether this build has any lock URL backend with a lease (`--ttl`).
+pub fn has_lease() -> bool {
+    ALL.iter()
+        .any(|(enabled, _, caps, _)| *enabled && caps.lease)
+}
+
+/// Every lock URL backend the registry lists, built or not, with its
+/// words: for the tests that check a build advertises exactly its own.
+pub fn all() -> impl Iterator<Item = (bool, &'static Words)> {
+    ALL.iter().map(|(enabled, words, ..)| (*enabled, *words))
+}
