@@ -19,6 +19,9 @@
 //! - `inspect` and `report` answer `holder`/`check`, for every backend
 //!   (`inspect::look_up` picks the backend's inspection); the run path
 //!   never reaches them.
+//! - `windows` (Windows only): lockrun.exe's run form, `holder` and
+//!   `check`, in place of `cli`, `run`, `backend` and `inspect`, which are
+//!   Unix-only for now.
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
 //!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
 //!   and `platform`, the one place for operating-system specifics (with
@@ -37,18 +40,26 @@ macro_rules! say {
     }};
 }
 
+#[cfg(unix)]
 pub mod backend;
+#[cfg(unix)]
 pub mod cli;
 pub mod display;
 pub mod exit_codes;
+#[cfg(unix)]
 pub mod generate;
 pub mod identity;
+#[cfg(unix)]
 pub mod inspect;
 pub mod mode;
 pub mod persona;
 pub mod platform;
 pub mod record;
+#[cfg(unix)]
 pub mod report;
+#[cfg(unix)]
 pub mod run;
 pub mod sanitize;
 pub mod sync;
+#[cfg(windows)]
+pub mod windows;

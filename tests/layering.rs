@@ -5,6 +5,9 @@
 //! Read from the source text: every `crate::NAME` a file mentions is an
 //! edge from the file's top-level module to NAME. A re-export in lib.rs
 //! counts as an edge to where it points, not as a module of its own.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
