@@ -7,12 +7,22 @@
 //! version, and commit the result; `tests/generated_docs.rs` fails until the
 //! committed files match.
 
+#[cfg(unix)]
 #[path = "../tests/support/generated_docs.rs"]
 mod generated_docs;
 
+#[cfg(unix)]
 use std::path::Path;
 use std::process::ExitCode;
 
+/// The man pages and completions describe the Unix command line.
+#[cfg(windows)]
+fn main() -> ExitCode {
+    eprintln!("generate-docs: run it on Unix, where the documented command line is built");
+    ExitCode::FAILURE
+}
+
+#[cfg(unix)]
 fn main() -> ExitCode {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let files = generated_docs::generate();

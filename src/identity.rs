@@ -22,7 +22,11 @@ pub struct Me {
 
 impl Me {
     pub fn gather() -> Me {
+        #[cfg(unix)]
         let uid = rustix::process::getuid().as_raw();
+        // Windows has no uid: `Record::starting` writes none there.
+        #[cfg(windows)]
+        let uid = 0;
         let here = this_machine();
         Me {
             host: here.host.clone(),
@@ -46,15 +50,25 @@ struct Machine {
 fn this_machine() -> &'static Machine {
     static MACHINE: OnceLock<Machine> = OnceLock::new();
     MACHINE.get_or_init(|| Machine {
-        host: Some(
-            rustix::system::uname()
-                .nodename()
-                .to_string_lossy()
-                .into_owned(),
-        ),
+        host: platform_host_name(),
         boot_id: platform::boot_id(),
         pid_ns: platform::pid_namespace(),
     })
+}
+
+#[cfg(unix)]
+fn platform_host_name() -> Option<String> {
+    Some(
+        rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+#[cfg(windows)]
+fn platform_host_name() -> Option<String> {
+    platform::windows::computer_name()
 }
 
 pub fn host_name() -> Option<&'static str> {
@@ -69,6 +83,10 @@ pub fn pid_namespace() -> Option<u64> {
 /// The login name for `uid`, from /etc/passwd, else `$USER` or `$LOGNAME`
 /// when nothing contradicts it.
 fn user_name(uid: u32) -> Option<String> {
+    #[cfg(windows)]
+    if let Ok(name) = std::env::var("USERNAME") {
+        return Some(name);
+    }
     passwd_name(uid).or_else(|| {
         std::env::var("USER")
             .or_else(|_| std::env::var("LOGNAME"))

@@ -24,6 +24,9 @@
 //! - `report` prints `holder`/`check`'s answer, `inspect::Report`, which
 //!   every backend's inspection fills; the run path never reaches a
 //!   backend's inspection, the registry or `report`.
+//! - `windows` (Windows only): lockrun.exe's run form, `holder` and
+//!   `check`, in place of `cli`, `run`, `backend`, `registry` and `inspect`,
+//!   which are Unix-only for now.
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
 //!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
 //!   and `platform`, the one place for operating-system specifics (with
@@ -42,19 +45,28 @@ macro_rules! say {
     }};
 }
 
+#[cfg(unix)]
 pub mod backend;
+#[cfg(unix)]
 pub mod cli;
 pub mod display;
 pub mod exit_codes;
+#[cfg(unix)]
 pub mod generate;
 pub mod identity;
+#[cfg(unix)]
 pub mod inspect;
 pub mod mode;
 pub mod persona;
 pub mod platform;
 pub mod record;
+#[cfg(unix)]
 pub mod registry;
+#[cfg(unix)]
 pub mod report;
+#[cfg(unix)]
 pub mod run;
 pub mod sanitize;
 pub mod sync;
+#[cfg(windows)]
+pub mod windows;

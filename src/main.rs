@@ -4,20 +4,38 @@
 //! thread's stack guard, ignoring SIGPIPE, polling fds 0-2) costs more than
 //! a third of flock(1)'s whole run time, and lockrun needs none of it. The
 //! arguments come straight from the C `main`.
-#![no_main]
+#![cfg_attr(unix, no_main)]
+// Windows: the arguments are UTF-16 and its run form, holder and check are
+// in lockrun::windows; everything else in this file is Unix.
+#![cfg_attr(windows, allow(unused_imports))]
 
+#[cfg(windows)]
+fn main() {
+    std::process::exit(lockrun::windows::main());
+}
+
+#[cfg(unix)]
 use lockrun::cli::{self, Invocation, LockTarget};
+#[cfg(unix)]
 use lockrun::exit_codes::{self, Failure};
+#[cfg(unix)]
 use lockrun::inspect::{self, State};
+#[cfg(unix)]
 use lockrun::registry;
+#[cfg(unix)]
 use lockrun::run::fd_mode;
+#[cfg(unix)]
 use lockrun::run::signals;
+#[cfg(unix)]
 use lockrun::run::{self, Ending};
+#[cfg(unix)]
 use lockrun::{persona, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
+#[cfg(unix)]
 use std::os::unix::ffi::OsStrExt;
 
+#[cfg(unix)]
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     standard_streams_open();
@@ -53,6 +71,7 @@ extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
 
 /// What `ps` shows for a password: always three `*`, as messages do
 /// (`postgres://u:***@db/ops#job`), so that its length is not shown either.
+#[cfg(unix)]
 const PASSWORD_MASK: &[u8] = b"***";
 
 /// Overwrites the passwords of lock URLs (postgres://) in our own argv, which is
@@ -73,6 +92,7 @@ const PASSWORD_MASK: &[u8] = b"***";
 /// tells the sum of all the arguments' lengths. A password shorter than
 /// the mask is masked with as many `*` as it has bytes: the string
 /// cannot grow.
+#[cfg(unix)]
 fn hide_passwords(argc: c_int, argv: *const *const c_char) {
     let argc = usize::try_from(argc).unwrap_or(0);
     // SAFETY: the argv array is the writable array the kernel put on our
@@ -125,6 +145,7 @@ fn hide_passwords(argc: c_int, argv: *const *const c_char) {
 /// first descriptor lockrun creates would become "stderr": a message would
 /// land in its wake pipe or its lock file. So the three are opened on
 /// /dev/null first, as a shell would leave them.
+#[cfg(unix)]
 fn standard_streams_open() {
     for fd in 0..3 {
         // SAFETY: only asks whether the descriptor is open.
@@ -136,6 +157,7 @@ fn standard_streams_open() {
     }
 }
 
+#[cfg(unix)]
 fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     match invocation {
         Invocation::Run(opts) => run::run(&opts),
@@ -160,6 +182,7 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
     }
 }
 
+#[cfg(unix)]
 fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
     let mut status = 0;
     for target in targets {
@@ -181,6 +204,7 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
     Ok(status)
 }
 
+#[cfg(unix)]
 fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8, Failure> {
     let found = registry::look_up(target, json || !quiet, probe)?;
     if !quiet {
@@ -196,6 +220,7 @@ fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8
 /// A report that cannot be written (`>/dev/full`, a closed pipe) is an
 /// answer nobody got: exit 71 with the OS error rather than a panic or a
 /// status that claims the report was made.
+#[cfg(unix)]
 fn print_report(found: &inspect::Report, json: bool) -> Result<(), Failure> {
     let text = if json {
         lockrun::sanitize::json(found).unwrap_or_default()

@@ -8,9 +8,13 @@
 //! error that hides the lock state, and writers never touch a file that
 //! holds anything but a record of ours.
 
+#[cfg(windows)]
+use crate::platform::FileExt;
 use serde::{Deserialize, Serialize};
 use std::io;
+#[cfg(unix)]
 use std::os::unix::fs::FileExt;
+#[cfg(unix)]
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 pub const FORMAT: u32 = 1;
@@ -88,10 +92,14 @@ pub struct Exit {
 impl Exit {
     /// How a command that ran ended.
     pub fn of(status: std::process::ExitStatus) -> Exit {
+        #[cfg(unix)]
         use std::os::unix::process::ExitStatusExt;
         Exit {
             code: status.code(),
+            #[cfg(unix)]
             signal: status.signal(),
+            #[cfg(windows)]
+            signal: None,
             max_time: None,
         }
     }
@@ -121,7 +129,8 @@ impl Record {
             lockrun_pid: Some(i64::from(std::process::id())),
             host: me.host.map(|h| cut_json(&h, MAX_NAME_JSON)),
             user: me.user.map(|u| cut_json(&u, MAX_NAME_JSON)),
-            uid: Some(me.uid),
+            // Windows has no uid: the field is absent there, not faked.
+            uid: cfg!(unix).then_some(me.uid),
             command: Some(recordable_command(command)),
             cwd: cwd.map(|d| cut_json(&d.to_string_lossy(), MAX_CWD_JSON)),
             mode: Some(mode.as_str().to_owned()),
@@ -401,13 +410,18 @@ pub enum Release {
 /// a command may write its own lock file (the pid-file idiom, `echo $$ >
 /// pid.lock`, or a log appended to it), and that data is the user's.
 pub fn write_release(file: &std::fs::File, released: &Record) -> io::Result<Release> {
+    #[cfg(unix)]
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
     if meta.len() == 0 {
         return Ok(Release::Empty);
     }
-    if meta.nlink() != 1 {
-        return Ok(Release::LeftAlone(if meta.nlink() == 0 {
+    #[cfg(unix)]
+    let nlink = meta.nlink();
+    #[cfg(windows)]
+    let nlink = crate::platform::windows::link_count(file)?;
+    if nlink != 1 {
+        return Ok(Release::LeftAlone(if nlink == 0 {
             "it was deleted"
         } else {
             "it got another name (a hard link)"
@@ -448,7 +462,9 @@ fn holds_our_record(content: &[u8], ours: &Record) -> bool {
 /// it execs the command, so the record names the command's pid and start
 /// time *before* the command runs. Between fork and exec only
 /// async-signal-safe calls are allowed, hence pre-built byte slices and raw
-/// syscalls in [`ChildRecord::write_from_child`].
+/// syscalls in [`ChildRecord::write_from_child`]. Unix only: on Windows the
+/// command starts suspended and lockrun writes the whole record itself.
+#[cfg(unix)]
 pub struct ChildRecord {
     /// `{"lockrun":1,"pid":`
     head: Vec<u8>,
@@ -470,6 +486,7 @@ pub struct ChildRecord {
 /// the width of every time [`crate::display::now_rfc3339`] writes.
 pub const ACQUIRED_AT_SLOT: &str = "0000-00-00T00:00:00.000Z";
 
+#[cfg(unix)]
 impl ChildRecord {
     /// Serialises the record now, before the lock is taken, so that a
     /// waiter that gets the lock only has to stamp the time
@@ -617,9 +634,12 @@ impl ChildRecord {
 }
 
 /// Spaces to pad a record with, from the child, which may not allocate.
+#[cfg(unix)]
 static SPACES: [u8; SPACES_LEN] = [b' '; SPACES_LEN];
+#[cfg(unix)]
 const SPACES_LEN: usize = 4096;
 /// Enough for any record a reader accepts (64 KiB).
+#[cfg(unix)]
 const PAD_SLICES: usize = 17;
 
 /// Said after a failed record write, by parent and child alike.
@@ -628,6 +648,7 @@ pub const RECORD_FAILED_SUFFIX: &str =
 
 /// Texts for the errors a record write can meet, as static strings: the
 /// child may not allocate to format an `io::Error`.
+#[cfg(unix)]
 fn describe_errno(errno: rustix::io::Errno) -> &'static str {
     use rustix::io::Errno;
     match errno {
@@ -641,6 +662,7 @@ fn describe_errno(errno: rustix::io::Errno) -> &'static str {
     }
 }
 
+#[cfg(unix)]
 fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {
@@ -654,6 +676,8 @@ fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[i..]
 }
 
+// The record tests write through the Unix child-side writer.
+#[cfg_attr(not(unix), cfg(any()))]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,9 @@
 //! hides holders, and locks that are not flock(2) ones (issue 12 items 1-3,
 //! issue 19 item 4). The kernel decides; a held lock reported free is the
 //! one answer these must never give.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

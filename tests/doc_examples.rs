@@ -20,6 +20,9 @@
 //! this does not run: shown output (blocks without `sh`/`cron`, and `$ `
 //! transcripts), whose words the tests of each message check.
 
+// Unix: the examples are sh and cron; tests/windows.rs is the Windows suite.
+#![cfg(unix)]
+
 mod common;
 
 use common::*;

@@ -2,7 +2,9 @@
 //! test starts for itself on loopback, with free ports and its own data
 //! directory. Without the `etcd` binary (Debian: etcd-server) the tests
 //! say so loudly, and fail under CI (LOCKRUN_TEST_REQUIRE_ALL).
-
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 #![cfg(feature = "etcd")]
 
 mod common;

@@ -4,6 +4,9 @@
 //! against what a Python fcntl/lockf user sees: an OFD lock excludes
 //! lockf(), flock(2) locks do not, and a range lock leaves the other bytes
 //! free.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

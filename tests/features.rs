@@ -1,6 +1,9 @@
 //! A plain `cargo test` builds without the lock-URL features, which leaves
 //! out tests/etcd.rs and tests/postgres.rs whole, silently: say so where a
 //! person sees it (CI runs `--all-features`, where these do not exist).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

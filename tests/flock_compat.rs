@@ -21,6 +21,9 @@
 //!   on them (created; other content kept byte for byte).
 //! - messages differ (`lockrun: ...`): only whether something was said is
 //!   compared, for `--verbose`.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! The committed shell completions and man pages must be exactly what the
 //! current CLI definition generates.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 #[path = "support/generated_docs.rs"]
 mod generated_docs;

@@ -1,5 +1,8 @@
 //! The holder record, `lockrun holder` and `lockrun check`, across real
 //! processes (issue: holder record).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

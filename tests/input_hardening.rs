@@ -1,6 +1,9 @@
 //! Inputs that used to crash lockrun or harm what it was given (issue 12
 //! items 10, 13, 16): durations too long for the clock, a zero poll
 //! interval, descriptors lent to fd mode, FIFOs named as lock files.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

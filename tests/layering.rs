@@ -21,6 +21,9 @@
 //! parent or an ancestor (a backend's files naming `backend`'s traits, or
 //! a folder's mod.rs that re-exports its children) is not a cycle between
 //! siblings: the parent is above them.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

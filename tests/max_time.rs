@@ -1,5 +1,8 @@
 //! `--max-time`: nothing that holds the lock outlives the limit, and
 //! nothing else is touched.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

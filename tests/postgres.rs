@@ -3,7 +3,9 @@
 //! package: initdb into a temporary directory as user nobody, a free
 //! loopback port, a private socket directory). Without it the tests say
 //! SKIPPED loudly, and fail under CI (LOCKRUN_TEST_REQUIRE_ALL).
-
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 #![cfg(feature = "postgres")]
 
 mod common;

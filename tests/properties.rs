@@ -1,6 +1,9 @@
 //! Property tests: whatever bytes a lock file holds, the record parser
 //! never panics, human output never carries a raw control character, and
 //! JSON output always parses (issue: hostile paths and bad input).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 use lockrun::backend::etcd::inspect::EtcdLock;
 use lockrun::inspect::{Holder, Report, Span, State};

@@ -3,6 +3,9 @@
 //! its lock file survive the release, a killed writer leaves a record that
 //! still parses, a huge argv still gets a record, only a holder the kernel
 //! confirms is named, and nothing from a lock file can drive a terminal.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

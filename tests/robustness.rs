@@ -1,5 +1,8 @@
 //! Environments users bring: a lock file replaced while waiting, closed
 //! standard streams, a file-size limit, a timeout racing a release.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! The core guarantee across real processes: the command runs only while
 //! the lock is held, and lockrun exits as the command did (issue: core).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

@@ -1,6 +1,9 @@
 //! Hostile paths and bad input: every refusal is clear, has the contract's
 //! exit status, and leaves every file involved exactly as it was
 //! (issue: hostile paths).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! The command's life: signals forwarded, deaths by signal passed on, exec
 //! mode, descriptors, interrupted waits (issue: signals and exec).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

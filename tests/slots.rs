@@ -3,6 +3,9 @@
 //! no CPU while waiting, first come first served, the live status line,
 //! slot files and LOCKFILE replaced while waiting, and what holder/check
 //! say.
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
 
 mod common;
 

@@ -11,33 +11,53 @@ mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::*;
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(all(unix, not(target_os = "linux")))]
 mod other;
-#[cfg(not(target_os = "linux"))]
+#[cfg(all(unix, not(target_os = "linux")))]
 pub use other::*;
 
+// Windows: its own lock (LockFileEx), process start (suspended, in a job
+// object) and liveness (OpenProcess, GetProcessTimes), and the run form,
+// holder and check built on them. Everything below it here is Unix-only.
+#[cfg(windows)]
+pub mod windows;
+#[cfg(windows)]
+pub use windows::{FileExt, boot_id, pid_namespace, process_state};
+
+#[cfg(unix)]
 mod files;
+#[cfg(unix)]
 mod helpers;
 #[cfg(target_os = "linux")]
 mod keeper;
+#[cfg(unix)]
 mod process;
+#[cfg(unix)]
 mod spawn;
+#[cfg(unix)]
 mod threads;
 // Only lock URLs start a watchdog; its pid is asked for on every build.
+#[cfg(unix)]
 #[cfg_attr(not(any(feature = "etcd", feature = "postgres")), allow(dead_code))]
 mod watchdog;
+#[cfg(unix)]
 pub use files::{NotRead, file_kind, open_regular, read_regular};
+#[cfg(unix)]
 pub use helpers::{ANSWERED, Bell, Helpers};
 #[cfg(target_os = "linux")]
 pub use keeper::Keeper;
+#[cfg(unix)]
 pub use process::{Target, group_kept_with_command, leave_command_group, stop_all, wait_exited};
+#[cfg(unix)]
 pub use spawn::{CommandLine, die_with_parent, start_command};
+#[cfg(unix)]
 pub use threads::{
     block_signals_on_this_thread, interrupt_helper, interrupt_signal_in_use, spawn_helper,
     tolerating_file_size_limit, with_signals_blocked,
 };
-#[cfg(any(feature = "etcd", feature = "postgres"))]
+#[cfg(all(unix, any(feature = "etcd", feature = "postgres")))]
 pub use watchdog::Watchdog;
+#[cfg(unix)]
 pub use watchdog::watchdog_pid;
 
 use crate::mode::LockMode;
@@ -144,6 +164,7 @@ pub struct FdHolder {
 }
 
 /// How many columns the terminal on `fd` has, if it is one.
+#[cfg(unix)]
 pub fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
     use std::os::fd::AsRawFd;
     let mut size = libc::winsize {

@@ -1,0 +1,453 @@
+//! lockrun.exe's command line: the run form with the options Windows
+//! keeps (CONTRACT §20), `holder` and `check`. The Unix-only forms are a
+//! usage error (64) that says they are Unix-only.
+
+use crate::exit_codes::{self, Failure};
+use crate::mode::LockMode;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What the run form was asked for.
+#[derive(Debug)]
+pub struct RunOptions {
+    pub lockfile: PathBuf,
+    pub mode: LockMode,
+    /// `None`: wait for ever; `Some(ZERO)`: `-n`.
+    pub timeout: Option<Duration>,
+    pub conflict_exit_code: u8,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub no_record: bool,
+    pub slots: Option<u16>,
+    pub max_time: Option<(Duration, String)>,
+    /// The command: a program and its arguments, or `-c STRING`.
+    pub command: Command,
+}
+
+#[derive(Debug)]
+pub enum Command {
+    Argv(Vec<OsString>),
+    Shell(OsString),
+}
+
+pub enum Invocation {
+    Run(RunOptions),
+    Holder {
+        json: bool,
+        paths: Vec<PathBuf>,
+    },
+    Check {
+        json: bool,
+        quiet: bool,
+        probe: bool,
+        path: PathBuf,
+    },
+    Done,
+}
+
+const USAGE: &str = "\
+Usage: lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
+       lockrun [OPTIONS] LOCKFILE -c COMMAND_STRING
+       lockrun holder [--json] LOCKFILE...
+       lockrun check [--json] [-q] [--probe] LOCKFILE
+
+Runs COMMAND while holding a lock on LOCKFILE (LockFileEx on one byte past
+the holder record), and tells who holds it.
+
+Options:
+  -x, -e, --exclusive        exclusive lock (default)
+  -s, --shared               shared lock
+  -n, --nb, --nonblock       fail at once if the lock is held
+  -w, --wait, --timeout DUR  wait at most DUR (10s, 1m30s, 250ms, 0.5)
+  -E, --conflict-exit-code N exit status when the lock was not acquired (75)
+  -c, --command STRING       run STRING with %COMSPEC% /c
+  -q, --quiet                print nothing on conflict or timeout
+  -v, --verbose              say how long acquiring took
+      --no-record            do not write the holder record
+      --slots N              run when fewer than N commands hold the lock
+      --max-time DUR         end the command and all it started after DUR (exit 124)
+  -h, --help                 print this help
+  -V, --version              print the version
+
+check --probe takes the lock for an instant to be sure; nothing else in
+holder or check ever touches the lock.
+Unix only (a usage error here): fd mode, -F/--no-fork, -u, --fd, --fcntl,
+--start/--length, --poll, the flock persona.
+";
+
+pub fn main() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let result = parse(args).and_then(|invocation| match invocation {
+        Invocation::Run(opts) => super::run::run(&opts),
+        Invocation::Holder { json, paths } => Ok(super::inspect::holder(json, &paths)),
+        Invocation::Check {
+            json,
+            quiet,
+            probe,
+            path,
+        } => Ok(super::inspect::check(json, quiet, probe, &path)),
+        Invocation::Done => Ok(0),
+    });
+    match result {
+        Ok(status) => status,
+        Err(failure) => {
+            // -q: an empty message, nothing printed.
+            if !failure.message.is_empty() {
+                crate::say!("lockrun: {failure}");
+            }
+            i32::from(failure.status)
+        }
+    }
+}
+
+/// Help and version on stdout; a failed write is dropped, never a panic.
+fn say_out(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure::new(
+        exit_codes::USAGE,
+        format!("{}\nTry 'lockrun --help'.", message.into()),
+    )
+}
+
+fn unix_only(what: &str) -> Failure {
+    usage(format!(
+        "{what} is Unix-only: lockrun on Windows has the run form, holder and check"
+    ))
+}
+
+/// `10s`, `1m30s`, `250ms`, or a bare number of seconds (`10`, `0.5`).
+pub fn duration(option: &str, text: &str) -> Result<Duration, Failure> {
+    let bad = || usage(format!("invalid duration for {option}: '{text}'"));
+    if let Ok(secs) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|_| bad());
+    }
+    humantime::parse_duration(text).map_err(|_| bad())
+}
+
+pub fn parse(args: Vec<OsString>) -> Result<Invocation, Failure> {
+    let argv0 = args.first().cloned().unwrap_or_default();
+    if crate::persona::is_flock_name(Some(&argv0)) {
+        return Err(unix_only("the flock persona (lockrun run as 'flock')"));
+    }
+    let mut rest: Vec<OsString> = args.into_iter().skip(1).collect();
+    match rest.first().and_then(|a| a.to_str()) {
+        Some("holder") => return parse_holder(rest.split_off(1)),
+        Some("check") => return parse_check(rest.split_off(1)),
+        _ => {}
+    }
+    parse_run(rest)
+}
+
+fn text(arg: &OsString) -> Result<&str, Failure> {
+    arg.to_str().ok_or_else(|| {
+        usage(format!(
+            "option {} is not valid Unicode",
+            arg.to_string_lossy()
+        ))
+    })
+}
+
+fn parse_holder(args: Vec<OsString>) -> Result<Invocation, Failure> {
+    let mut json = false;
+    let mut paths = Vec::new();
+    let mut options_done = false;
+    for arg in args {
+        match arg.to_str() {
+            Some("--json") if !options_done => json = true,
+            Some("--") if !options_done => options_done = true,
+            Some("-h" | "--help") if !options_done => {
+                say_out("Usage: lockrun holder [--json] LOCKFILE...\n");
+                return Ok(Invocation::Done);
+            }
+            Some(s) if !options_done && s.starts_with('-') && s.len() > 1 => {
+                return Err(usage(format!("holder: unknown option '{s}'")));
+            }
+            _ => paths.push(PathBuf::from(arg)),
+        }
+    }
+    if paths.is_empty() {
+        return Err(usage("holder: which LOCKFILE?"));
+    }
+    Ok(Invocation::Holder { json, paths })
+}
+
+fn parse_check(args: Vec<OsString>) -> Result<Invocation, Failure> {
+    let (mut json, mut quiet, mut probe) = (false, false, false);
+    let mut paths = Vec::new();
+    let mut options_done = false;
+    for arg in args {
+        match arg.to_str() {
+            Some("--json") if !options_done => json = true,
+            Some("-q" | "--quiet") if !options_done => quiet = true,
+            Some("--probe") if !options_done => probe = true,
+            Some("--") if !options_done => options_done = true,
+            Some("-h" | "--help") if !options_done => {
+                say_out("Usage: lockrun check [--json] [-q] [--probe] LOCKFILE\n");
+                return Ok(Invocation::Done);
+            }
+            Some(s) if !options_done && s.starts_with('-') && s.len() > 1 => {
+                return Err(usage(format!("check: unknown option '{s}'")));
+            }
+            _ => paths.push(PathBuf::from(arg)),
+        }
+    }
+    match <[PathBuf; 1]>::try_from(paths) {
+        Ok([path]) => Ok(Invocation::Check {
+            json,
+            quiet,
+            probe,
+            path,
+        }),
+        Err(_) => Err(usage("check takes one LOCKFILE")),
+    }
+}
+
+fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
+    let mut mode = LockMode::Exclusive;
+    let mut shared_given = false;
+    let mut timeout = None;
+    let mut conflict_exit_code = exit_codes::CONFLICT;
+    let (mut quiet, mut verbose, mut no_record) = (false, false, false);
+    let mut slots = None;
+    let mut max_time = None;
+    let mut shell: Option<OsString> = None;
+    let mut lockfile: Option<PathBuf> = None;
+    let mut command: Vec<OsString> = Vec::new();
+    let mut it = args.into_iter().peekable();
+    while let Some(arg) = it.next() {
+        let Some(s) = arg.to_str().map(str::to_owned) else {
+            // Not Unicode: a path or the command.
+            if lockfile.is_none() {
+                lockfile = Some(PathBuf::from(arg));
+                continue;
+            }
+            command.push(arg);
+            command.extend(it);
+            break;
+        };
+        if s == "--" {
+            if lockfile.is_none() {
+                match it.next() {
+                    Some(path) => lockfile = Some(PathBuf::from(path)),
+                    None => return Err(usage("which LOCKFILE?")),
+                }
+            }
+            command.extend(it);
+            break;
+        }
+        if !s.starts_with('-') || s == "-" {
+            if lockfile.is_none() {
+                if s.bytes().all(|b| b.is_ascii_digit()) && it.peek().is_none() {
+                    return Err(unix_only(
+                        "fd mode (lockrun FD: locking an inherited descriptor)",
+                    ));
+                }
+                lockfile = Some(PathBuf::from(arg));
+                continue;
+            }
+            command.push(arg);
+            command.extend(it);
+            break;
+        }
+        // --name=value
+        let (name, inline) = match s.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+            _ => (s.clone(), None),
+        };
+        let value = |it: &mut std::iter::Peekable<std::vec::IntoIter<OsString>>,
+                     name: &str|
+         -> Result<String, Failure> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            let v = it
+                .next()
+                .ok_or_else(|| usage(format!("{name} needs a value")))?;
+            Ok(text(&v)?.to_owned())
+        };
+        if !name.starts_with("--") && name.len() > 2 {
+            // A cluster of short flags (-nq), or a short option with its
+            // value attached (-w10, -E1).
+            let mut chars = name[1..].chars();
+            while let Some(c) = chars.next() {
+                let tail: String = chars.clone().collect();
+                match c {
+                    'w' | 'E' | 'c' => {
+                        let v = if tail.is_empty() {
+                            value(&mut it, &format!("-{c}"))?
+                        } else {
+                            tail
+                        };
+                        short_with_value(c, &v, &mut timeout, &mut conflict_exit_code, &mut shell)?;
+                        break;
+                    }
+                    _ => short_flag(
+                        c,
+                        &mut mode,
+                        &mut shared_given,
+                        &mut timeout,
+                        &mut quiet,
+                        &mut verbose,
+                    )?,
+                }
+            }
+            continue;
+        }
+        match name.as_str() {
+            "-h" | "--help" => {
+                say_out(USAGE);
+                return Ok(Invocation::Done);
+            }
+            "-V" | "--version" => {
+                say_out(&format!("lockrun {}\n", env!("CARGO_PKG_VERSION")));
+                return Ok(Invocation::Done);
+            }
+            "--exclusive" => mode = LockMode::Exclusive,
+            "--shared" => {
+                mode = LockMode::Shared;
+                shared_given = true;
+            }
+            "--nb" | "--nonblock" | "--nonblocking" => timeout = Some(Duration::ZERO),
+            "--wait" | "--timeout" => {
+                let v = value(&mut it, &name)?;
+                timeout = Some(duration(&name, &v)?);
+            }
+            "--conflict-exit-code" => {
+                let v = value(&mut it, &name)?;
+                conflict_exit_code = exit_code(&v)?;
+            }
+            "--command" => shell = Some(OsString::from(value(&mut it, &name)?)),
+            "--quiet" => quiet = true,
+            "--verbose" => verbose = true,
+            "--no-record" => no_record = true,
+            "--close" => {} // the command never inherits the lock handle here
+            "--slots" => {
+                let v = value(&mut it, &name)?;
+                let n: u16 = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .ok_or_else(|| usage(format!("--slots takes 1 to 1024, not '{v}'")))?;
+                slots = Some(n);
+            }
+            "--max-time" => {
+                let v = value(&mut it, &name)?;
+                max_time = Some((duration(&name, &v)?, v));
+            }
+            "--kill-grace" => {
+                // Accepted for scripts shared with Unix: a job is ended at
+                // once (TerminateJobObject), there is no SIGTERM to wait on.
+                let v = value(&mut it, &name)?;
+                duration(&name, &v)?;
+            }
+            "--no-fork" => return Err(unix_only("-F/--no-fork")),
+            "--unlock" => return Err(unix_only("-u/--unlock (fd mode)")),
+            "--fd" => return Err(unix_only("--fd")),
+            "--fcntl" => return Err(unix_only("--fcntl")),
+            "--start" | "--length" => return Err(unix_only("--start/--length")),
+            "--poll" => return Err(unix_only("--poll")),
+            n if n.len() == 2 => {
+                let c = n.chars().nth(1).unwrap_or('?');
+                match c {
+                    'w' | 'E' | 'c' => {
+                        let v = value(&mut it, n)?;
+                        short_with_value(c, &v, &mut timeout, &mut conflict_exit_code, &mut shell)?;
+                    }
+                    _ => short_flag(
+                        c,
+                        &mut mode,
+                        &mut shared_given,
+                        &mut timeout,
+                        &mut quiet,
+                        &mut verbose,
+                    )?,
+                }
+            }
+            other => return Err(usage(format!("unknown option '{other}'"))),
+        }
+    }
+    let Some(lockfile) = lockfile else {
+        return Err(usage("which LOCKFILE, and which COMMAND?"));
+    };
+    let command = match shell {
+        Some(_) if !command.is_empty() => {
+            return Err(usage(
+                "-c takes one COMMAND_STRING, and no COMMAND after it",
+            ));
+        }
+        Some(string) => Command::Shell(string),
+        None if command.is_empty() => {
+            return Err(usage(format!(
+                "no COMMAND to run while holding {}",
+                lockfile.display()
+            )));
+        }
+        None => Command::Argv(command),
+    };
+    if slots.is_some() && shared_given {
+        return Err(usage("-s/--shared and --slots cannot be used together"));
+    }
+    Ok(Invocation::Run(RunOptions {
+        lockfile,
+        mode,
+        timeout,
+        conflict_exit_code,
+        quiet,
+        verbose,
+        no_record,
+        slots: slots.filter(|&n| n > 1),
+        max_time,
+        command,
+    }))
+}
+
+fn exit_code(v: &str) -> Result<u8, Failure> {
+    v.parse::<u8>()
+        .map_err(|_| usage(format!("-E/--conflict-exit-code takes 0 to 255, not '{v}'")))
+}
+
+fn short_with_value(
+    c: char,
+    v: &str,
+    timeout: &mut Option<Duration>,
+    conflict_exit_code: &mut u8,
+    shell: &mut Option<OsString>,
+) -> Result<(), Failure> {
+    match c {
+        'w' => *timeout = Some(duration("-w", v)?),
+        'E' => *conflict_exit_code = exit_code(v)?,
+        _ => *shell = Some(OsString::from(v)),
+    }
+    Ok(())
+}
+
+fn short_flag(
+    c: char,
+    mode: &mut LockMode,
+    shared_given: &mut bool,
+    timeout: &mut Option<Duration>,
+    quiet: &mut bool,
+    verbose: &mut bool,
+) -> Result<(), Failure> {
+    match c {
+        'x' | 'e' => *mode = LockMode::Exclusive,
+        's' => {
+            *mode = LockMode::Shared;
+            *shared_given = true;
+        }
+        'n' => *timeout = Some(Duration::ZERO),
+        'q' => *quiet = true,
+        'v' => *verbose = true,
+        'o' => {}
+        'F' => return Err(unix_only("-F/--no-fork")),
+        'u' => return Err(unix_only("-u/--unlock (fd mode)")),
+        other => return Err(usage(format!("unknown option '-{other}'"))),
+    }
+    Ok(())
+}

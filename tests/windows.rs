@@ -1,0 +1,495 @@
+//! lockrun.exe on Windows, run under Wine in CI (.ci/windows.sh): no sh,
+//! no /proc, no signals. The commands lockrun runs are this test binary
+//! itself, started as a helper (`helper` below, chosen by
+//! `LOCKRUN_TEST_HELPER`), so that the suite needs nothing but the two
+//! executables cargo builds.
+#![cfg(windows)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const HELPER: &str = "LOCKRUN_TEST_HELPER";
+
+fn lockrun() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockrun"));
+    c.stdin(Stdio::null());
+    c
+}
+
+/// The arguments that make this test binary run `helper` with `what`.
+fn helper_args(what: &str) -> (Vec<String>, String) {
+    let me = std::env::current_exe().expect("the test binary's path");
+    (
+        vec![
+            me.display().to_string(),
+            "helper".into(),
+            "--exact".into(),
+            "--nocapture".into(),
+            "--test-threads=1".into(),
+            "-q".into(),
+        ],
+        what.to_owned(),
+    )
+}
+
+/// `lockrun ARGS... LOCKFILE <this binary as helper WHAT>`.
+fn run_with(args: &[&str], lock: &Path, what: &str) -> Command {
+    let mut c = lockrun();
+    let (argv, what) = helper_args(what);
+    c.args(args)
+        .arg(lock)
+        .arg("--")
+        .args(argv)
+        .env(HELPER, what);
+    c
+}
+
+fn output(mut c: Command) -> Output {
+    c.output().expect("lockrun.exe runs")
+}
+
+fn status(c: Command) -> i32 {
+    let out = output(c);
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+/// Waits until `check` says the lock is held (the record names a live
+/// holder), so a test starts its contender only once the holder runs.
+fn wait_held(lock: &Path) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        let mut c = lockrun();
+        c.args(["check", "-q"]).arg(lock);
+        if status(c) == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} never became held", lock.display());
+}
+
+fn spawn(mut c: Command) -> Child {
+    c.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockrun.exe starts")
+}
+
+// ---------------------------------------------------------------------
+// The helper: what the commands under test do.
+
+/// Not a test of its own: without `LOCKRUN_TEST_HELPER` it does nothing.
+#[test]
+fn helper() {
+    let Ok(what) = std::env::var(HELPER) else {
+        return;
+    };
+    let mut words = what.split('|');
+    let verb = words.next().unwrap_or_default();
+    let arg = |i: usize| what.split('|').nth(i).unwrap_or_default().to_owned();
+    match verb {
+        // Read a counter, hold on, write it plus one: a lost update or an
+        // overlap (seen through a marker file) shows two at once.
+        "increment" => {
+            let counter = PathBuf::from(arg(1));
+            let marker = counter.with_extension("inside");
+            if fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&marker)
+                .is_err()
+            {
+                let overlaps = counter.with_extension("overlaps");
+                let mut seen = fs::read_to_string(&overlaps).unwrap_or_default();
+                seen.push('x');
+                let _ = fs::write(&overlaps, seen);
+            }
+            let n: u64 = fs::read_to_string(&counter)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            std::thread::sleep(Duration::from_millis(30));
+            fs::write(&counter, format!("{}", n + 1)).expect("write the counter");
+            let _ = fs::remove_file(&marker);
+        }
+        "sleep" => std::thread::sleep(Duration::from_millis(arg(1).parse().unwrap_or(1000))),
+        "exit" => std::process::exit(arg(1).parse().unwrap_or(0)),
+        // The record must name this process before it runs.
+        "own-record" => {
+            let lock = std::env::var("LOCKRUN_LOCKFILE").expect("LOCKRUN_LOCKFILE");
+            let text = fs::read_to_string(&lock).unwrap_or_default();
+            let mine = format!("\"pid\":{},", std::process::id());
+            std::process::exit(if text.contains(&mine) { 0 } else { 3 });
+        }
+        // Start a grandchild that writes a file after a while, then wait.
+        "grandchild" => {
+            let (argv, _) = helper_args("");
+            let mut child = Command::new(&argv[0])
+                .args(&argv[1..])
+                .env(HELPER, format!("late-write|{}|{}", arg(1), arg(2)))
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("grandchild starts");
+            std::thread::sleep(Duration::from_secs(60));
+            let _ = child.wait();
+        }
+        "late-write" => {
+            std::thread::sleep(Duration::from_millis(arg(2).parse().unwrap_or(2000)));
+            fs::write(arg(1), "survived").expect("write");
+        }
+        // --slots and -s: a marker per holder in a directory; the most
+        // markers ever seen at once go into this holder's result file.
+        "crowd" => {
+            let dir = PathBuf::from(arg(1));
+            let slot = std::env::var("LOCKRUN_SLOT").unwrap_or_else(|_| "none".into());
+            let me = std::process::id();
+            let marker = dir.join(format!("in-{me}"));
+            fs::write(&marker, &slot).expect("marker");
+            if slot != "none" {
+                let taken = dir.join(format!("slot-{slot}"));
+                if fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&taken)
+                    .is_err()
+                {
+                    fs::write(dir.join(format!("dup-{me}")), &slot).expect("dup");
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                let count = count_in(&dir);
+                let _ = fs::remove_file(&taken);
+                fs::write(dir.join(format!("seen-{me}")), count.to_string()).expect("seen");
+            } else {
+                std::thread::sleep(Duration::from_millis(300));
+                let count = count_in(&dir);
+                fs::write(dir.join(format!("seen-{me}")), count.to_string()).expect("seen");
+            }
+            let _ = fs::remove_file(&marker);
+        }
+        other => panic!("unknown helper {other}"),
+    }
+}
+
+fn count_in(dir: &Path) -> usize {
+    fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("in-"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn max_seen(dir: &Path) -> usize {
+    fs::read_dir(dir)
+        .expect("results")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("seen-"))
+        .filter_map(|e| fs::read_to_string(e.path()).ok()?.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------
+// The tests.
+
+const CROWD: usize = 20;
+
+fn crowd_counter(with_lock: bool) -> (u64, usize) {
+    let dir = tmp();
+    let lock = dir.path().join("count.lock");
+    let counter = dir.path().join("counter");
+    let what = format!("increment|{}", counter.display());
+    let children: Vec<Child> = (0..CROWD)
+        .map(|_| {
+            if with_lock {
+                spawn(run_with(&[], &lock, &what))
+            } else {
+                let (argv, what) = helper_args(&what);
+                let mut c = Command::new(&argv[0]);
+                c.args(&argv[1..]).env(HELPER, what);
+                spawn(c)
+            }
+        })
+        .collect();
+    for mut child in children {
+        let st = child.wait().expect("wait");
+        assert!(st.success(), "a run failed: {st:?}");
+    }
+    let n = fs::read_to_string(&counter)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let overlaps = fs::read_to_string(counter.with_extension("overlaps"))
+        .unwrap_or_default()
+        .len();
+    (n, overlaps)
+}
+
+#[test]
+fn twenty_concurrent_runs_exclude_each_other() {
+    let (n, overlaps) = crowd_counter(true);
+    assert_eq!((n, overlaps), (CROWD as u64, 0), "counter and overlaps");
+}
+
+/// The control: the same crowd without lockrun loses updates, so the
+/// test above can fail.
+#[test]
+fn without_the_lock_the_crowd_loses_updates() {
+    let (n, overlaps) = crowd_counter(false);
+    assert!(
+        n < CROWD as u64 || overlaps > 0,
+        "no lost update and no overlap without a lock: the exclusion test proves nothing ({n}, {overlaps})"
+    );
+}
+
+#[test]
+fn nonblocking_conflict_is_75_and_names_the_holder() {
+    let dir = tmp();
+    let lock = dir.path().join("busy.lock");
+    let mut holder = spawn(run_with(&[], &lock, "sleep|4000"));
+    wait_held(&lock);
+    let out = output(run_with(&["-n"], &lock, "exit|0"));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let pid = fs::read_to_string(&lock).expect("record");
+    let rec: serde_json::Value = serde_json::from_str(pid.trim()).expect("json");
+    let pid = rec["pid"].as_i64().expect("pid");
+    assert!(
+        stderr(&out).contains(&format!("is held by pid {pid} ")),
+        "{}",
+        stderr(&out)
+    );
+    let out = output(run_with(&["-n", "-E", "9", "-q"], &lock, "exit|0"));
+    assert_eq!(out.status.code(), Some(9));
+    assert_eq!(stderr(&out), "");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn a_timeout_gives_up_after_its_time() {
+    let dir = tmp();
+    let lock = dir.path().join("slow.lock");
+    let mut holder = spawn(run_with(&[], &lock, "sleep|6000"));
+    wait_held(&lock);
+    let start = Instant::now();
+    let out = output(run_with(&["-w", "1"], &lock, "exit|0"));
+    let took = start.elapsed();
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("timed out after"), "{}", stderr(&out));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    // And a wait that outlasts the holder gets the lock.
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(status(run_with(&["-w", "10"], &lock, "exit|0")), 0);
+}
+
+#[test]
+fn the_exit_code_passes_through() {
+    let dir = tmp();
+    let lock = dir.path().join("code.lock");
+    for code in [0, 3, 42, 255] {
+        assert_eq!(status(run_with(&[], &lock, &format!("exit|{code}"))), code);
+    }
+    let mut c = lockrun();
+    c.arg(&lock).args(["-c", "exit 7"]);
+    assert_eq!(status(c), 7, "-c through %COMSPEC% /c");
+    let rec: serde_json::Value =
+        serde_json::from_str(fs::read_to_string(&lock).expect("record").trim()).expect("json");
+    assert_eq!(rec["exit"]["code"], 7);
+    let mut c = lockrun();
+    c.arg(&lock).arg("no-such-program-here.exe");
+    assert_eq!(status(c), 127);
+}
+
+#[test]
+fn the_record_is_complete_before_the_command_runs() {
+    let dir = tmp();
+    let lock = dir.path().join("rec.lock");
+    for _ in 0..3 {
+        let out = output(run_with(&[], &lock, "own-record"));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "the command did not find its own pid in the record"
+        );
+    }
+}
+
+#[test]
+fn holder_reads_the_record_while_held_and_after() {
+    let dir = tmp();
+    let lock = dir.path().join("who.lock");
+    let mut holder = spawn(run_with(&[], &lock, "sleep|3000"));
+    wait_held(&lock);
+    let mut c = lockrun();
+    c.args(["holder", "--json"]).arg(&lock);
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(0));
+    let held: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(held["state"], "held");
+    assert_eq!(held["record_holder_alive"], true);
+    let pid = held["record"]["pid"].as_i64().expect("pid");
+    assert_eq!(held["holders"][0]["pid"].as_i64(), Some(pid));
+    assert!(held["record"]["pid_start"].as_u64().is_some());
+    assert!(held["record"].get("uid").is_none(), "no uid on Windows");
+    assert!(held["record"].get("released_at").is_none());
+    let st = holder.wait().expect("wait");
+    assert!(st.success());
+    let mut c = lockrun();
+    c.args(["holder", "--json"]).arg(&lock);
+    let after: serde_json::Value = serde_json::from_slice(&output(c).stdout).expect("json");
+    assert_eq!(after["state"], "free");
+    assert_eq!(after["record"]["pid"].as_i64(), Some(pid));
+    assert_eq!(after["record"]["exit"]["code"], 0);
+    assert!(after["record"]["released_at"].is_string());
+    let mut c = lockrun();
+    c.args(["check", "-q"]).arg(&lock);
+    assert_eq!(status(c), 1);
+    let mut c = lockrun();
+    c.args(["check", "-q"]).arg(dir.path().join("never.lock"));
+    assert_eq!(status(c), 1, "no lock file: not held");
+}
+
+#[test]
+fn a_killed_holder_frees_the_lock_and_its_command_ends() {
+    let dir = tmp();
+    let lock = dir.path().join("killed.lock");
+    let mut holder = spawn(run_with(&[], &lock, "sleep|60000"));
+    wait_held(&lock);
+    holder.kill().expect("kill lockrun");
+    let _ = holder.wait();
+    // The command went with lockrun's job: check finds its record dead.
+    let start = Instant::now();
+    loop {
+        let mut c = lockrun();
+        c.args(["check", "-q"]).arg(&lock);
+        if status(c) == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the command outlived the killed lockrun"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let start = Instant::now();
+    assert_eq!(status(run_with(&["-w", "10"], &lock, "exit|0")), 0);
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn max_time_ends_the_command_and_its_grandchild() {
+    let dir = tmp();
+    let lock = dir.path().join("max.lock");
+    let witness = dir.path().join("survived");
+    let start = Instant::now();
+    let out = output(run_with(
+        &["--max-time", "1s"],
+        &lock,
+        &format!("grandchild|{}|2500", witness.display()),
+    ));
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let rec: serde_json::Value =
+        serde_json::from_str(fs::read_to_string(&lock).expect("record").trim()).expect("json");
+    assert_eq!(rec["exit"]["max_time"], "1s");
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(!witness.exists(), "the grandchild outlived --max-time");
+}
+
+#[test]
+fn slots_let_at_most_three_run() {
+    let dir = tmp();
+    let lock = dir.path().join("pool.lock");
+    let crowd = dir.path().join("crowd");
+    fs::create_dir(&crowd).expect("dir");
+    let what = format!("crowd|{}", crowd.display());
+    let children: Vec<Child> = (0..8)
+        .map(|_| spawn(run_with(&["--slots", "3"], &lock, &what)))
+        .collect();
+    for mut child in children {
+        assert!(child.wait().expect("wait").success());
+    }
+    let most = max_seen(&crowd);
+    assert!(
+        (2..=3).contains(&most),
+        "at most 3 at once, and more than one: {most}"
+    );
+    let dups: Vec<_> = fs::read_dir(&crowd)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("dup-"))
+        .collect();
+    assert!(dups.is_empty(), "two holders had one LOCKRUN_SLOT");
+    let out = output(run_with(&["--slots", "4"], &lock, "exit|0"));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--slots 3"), "{}", stderr(&out));
+}
+
+#[test]
+fn shared_locks_share_and_exclude_exclusive() {
+    let dir = tmp();
+    let lock = dir.path().join("shared.lock");
+    let crowd = dir.path().join("crowd");
+    fs::create_dir(&crowd).expect("dir");
+    let what = format!("crowd|{}", crowd.display());
+    let children: Vec<Child> = (0..3)
+        .map(|_| spawn(run_with(&["-s"], &lock, &what)))
+        .collect();
+    for mut child in children {
+        assert!(child.wait().expect("wait").success());
+    }
+    assert!(max_seen(&crowd) >= 2, "shared holders ran one at a time");
+    let mut holder = spawn(run_with(&["-s"], &lock, "sleep|3000"));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        status(run_with(&["-n"], &lock, "exit|0")),
+        75,
+        "exclusive beside shared"
+    );
+    assert_eq!(
+        status(run_with(&["-n", "-s"], &lock, "exit|0")),
+        0,
+        "shared beside shared"
+    );
+    let _ = holder.wait();
+}
+
+#[test]
+fn unix_only_forms_are_usage_errors() {
+    let dir = tmp();
+    let lock = dir.path().join("u.lock");
+    for args in [
+        vec!["3"],
+        vec!["-F", "x", "y"],
+        vec!["--fcntl", "x", "y"],
+        vec!["--fd", "3", "x"],
+        vec!["--start", "0", "x", "y"],
+        vec!["-u", "3"],
+    ] {
+        let mut c = lockrun();
+        c.args(&args);
+        let out = output(c);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(
+            stderr(&out).contains("Unix-only"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let _ = lock;
+}
