@@ -47,8 +47,6 @@ step "Wine prefix $WINEPREFIX (in the background, while cargo builds)"
 (
   wineserver -p
   wine wineboot --init >/dev/null 2>&1
-  wineserver -w
-  wineserver -p
   x86_64-w64-mingw32-gcc -shared -O2 -o "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" \
     .ci/wine/bcryptprimitives.c .ci/wine/bcryptprimitives.def -ladvapi32
 ) >"$WINEPREFIX.log" 2>&1 &
