@@ -8,4 +8,29 @@ mod cli;
 mod inspect;
 mod run;
 
-pub use cli::main;
+// The dispatch lives here, above the three: `cli` only parses, so that
+// cli -> run -> cli is no cycle (tests/layering.rs).
+pub fn main() -> i32 {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let result = cli::parse(args).and_then(|invocation| match invocation {
+        cli::Invocation::Run(opts) => run::run(&opts),
+        cli::Invocation::Holder { json, paths } => Ok(inspect::holder(json, &paths)),
+        cli::Invocation::Check {
+            json,
+            quiet,
+            probe,
+            path,
+        } => Ok(inspect::check(json, quiet, probe, &path)),
+        cli::Invocation::Done => Ok(0),
+    });
+    match result {
+        Ok(status) => status,
+        Err(failure) => {
+            // -q: an empty message, nothing printed.
+            if !failure.message.is_empty() {
+                crate::say!("lockrun: {failure}");
+            }
+            i32::from(failure.status)
+        }
+    }
+}

@@ -76,31 +76,6 @@ Unix only (a usage error here): fd mode, -F/--no-fork, -u, --fd, --fcntl,
 --start/--length, --poll, the flock persona.
 ";
 
-pub fn main() -> i32 {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let result = parse(args).and_then(|invocation| match invocation {
-        Invocation::Run(opts) => super::run::run(&opts),
-        Invocation::Holder { json, paths } => Ok(super::inspect::holder(json, &paths)),
-        Invocation::Check {
-            json,
-            quiet,
-            probe,
-            path,
-        } => Ok(super::inspect::check(json, quiet, probe, &path)),
-        Invocation::Done => Ok(0),
-    });
-    match result {
-        Ok(status) => status,
-        Err(failure) => {
-            // -q: an empty message, nothing printed.
-            if !failure.message.is_empty() {
-                crate::say!("lockrun: {failure}");
-            }
-            i32::from(failure.status)
-        }
-    }
-}
-
 /// Help and version on stdout; a failed write is dropped, never a panic.
 fn say_out(text: &str) {
     use std::io::Write as _;
