@@ -128,24 +128,50 @@ fn text(arg: &OsString) -> Result<&str, Failure> {
     })
 }
 
-fn parse_holder(args: Vec<OsString>) -> Result<Invocation, Failure> {
-    let mut json = false;
+/// Which of a subcommand's flags were given, and its paths.
+type SubcommandArgs<const N: usize> = ([bool; N], Vec<PathBuf>);
+
+/// A subcommand's flags and paths: each of `flags` (long, and short where
+/// it has one) sets its place in the returned array; `--` ends the flags.
+/// `None`: `--help` was asked and answered with `usage`.
+fn subcommand_args<const N: usize>(
+    name: &str,
+    usage_line: &str,
+    flags: [(&str, Option<&str>); N],
+    args: Vec<OsString>,
+) -> Result<Option<SubcommandArgs<N>>, Failure> {
+    let mut set = [false; N];
     let mut paths = Vec::new();
     let mut options_done = false;
     for arg in args {
-        match arg.to_str() {
-            Some("--json") if !options_done => json = true,
-            Some("--") if !options_done => options_done = true,
-            Some("-h" | "--help") if !options_done => {
-                say_out("Usage: lockrun holder [--json] LOCKFILE...\n");
-                return Ok(Invocation::Done);
+        let flag = arg.to_str().filter(|_| !options_done);
+        match flag {
+            Some("--") => options_done = true,
+            Some("-h" | "--help") => {
+                say_out(usage_line);
+                return Ok(None);
             }
-            Some(s) if !options_done && s.starts_with('-') && s.len() > 1 => {
-                return Err(usage(format!("holder: unknown option '{s}'")));
+            Some(s) if s.starts_with('-') && s.len() > 1 => {
+                let Some(k) = flags
+                    .iter()
+                    .position(|(long, short)| s == *long || Some(s) == *short)
+                else {
+                    return Err(usage(format!("{name}: unknown option '{s}'")));
+                };
+                set[k] = true;
             }
             _ => paths.push(PathBuf::from(arg)),
         }
     }
+    Ok(Some((set, paths)))
+}
+
+fn parse_holder(args: Vec<OsString>) -> Result<Invocation, Failure> {
+    let usage_line = "Usage: lockrun holder [--json] LOCKFILE...\n";
+    let Some(([json], paths)) = subcommand_args("holder", usage_line, [("--json", None)], args)?
+    else {
+        return Ok(Invocation::Done);
+    };
     if paths.is_empty() {
         return Err(usage("holder: which LOCKFILE?"));
     }
@@ -153,25 +179,12 @@ fn parse_holder(args: Vec<OsString>) -> Result<Invocation, Failure> {
 }
 
 fn parse_check(args: Vec<OsString>) -> Result<Invocation, Failure> {
-    let (mut json, mut quiet, mut probe) = (false, false, false);
-    let mut paths = Vec::new();
-    let mut options_done = false;
-    for arg in args {
-        match arg.to_str() {
-            Some("--json") if !options_done => json = true,
-            Some("-q" | "--quiet") if !options_done => quiet = true,
-            Some("--probe") if !options_done => probe = true,
-            Some("--") if !options_done => options_done = true,
-            Some("-h" | "--help") if !options_done => {
-                say_out("Usage: lockrun check [--json] [-q] [--probe] LOCKFILE\n");
-                return Ok(Invocation::Done);
-            }
-            Some(s) if !options_done && s.starts_with('-') && s.len() > 1 => {
-                return Err(usage(format!("check: unknown option '{s}'")));
-            }
-            _ => paths.push(PathBuf::from(arg)),
-        }
-    }
+    let usage_line = "Usage: lockrun check [--json] [-q] [--probe] LOCKFILE\n";
+    let flags = [("--json", None), ("--quiet", Some("-q")), ("--probe", None)];
+    let Some(([json, quiet, probe], paths)) = subcommand_args("check", usage_line, flags, args)?
+    else {
+        return Ok(Invocation::Done);
+    };
     match <[PathBuf; 1]>::try_from(paths) {
         Ok([path]) => Ok(Invocation::Check {
             json,
