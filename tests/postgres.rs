@@ -2593,6 +2593,48 @@ fn item_11_sigkill_of_lockrun_stops_the_whole_command_tree_before_the_next_holde
     assert!(stderr.contains("died while its command"), "{stderr}");
 }
 
+/// CI failure at 79d2dbe (etcd's SIGKILL test, no watchdog message): the
+/// command had a parent-death SIGTERM beside the watchdog, and when the
+/// kernel's signal won the race (a loaded machine, a watchdog not yet
+/// scheduled), `sh` died alone, its child was reparented out of the
+/// watchdog's reach, and the watchdog, finding the command gone, stopped
+/// nothing: the child ran on past the lock. Here the watchdog is held
+/// back (SIGSTOP) across lockrun's death, so the signal would always win:
+/// now nothing but the watchdog stops the tree, and it stops all of it.
+#[test]
+fn a_killed_lockruns_tree_is_stopped_whole_even_by_a_slow_watchdog() {
+    let Some(pg) = shared() else { return };
+    let url = pg.url("slowdog");
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--kill-grace", "1s"],
+        Path::new(&url),
+        "sleep 1000 & echo ready $$ $!; wait",
+    );
+    let tree: Vec<i32> = words.iter().map(|w| w.parse().expect("pid")).collect();
+    let dead = holder.pid();
+    let children = std::fs::read_to_string(format!("/proc/{dead}/task/{dead}/children"))
+        .expect("lockrun's children");
+    let watchdog: i32 = children
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .find(|&p| p != tree[0])
+        .expect("lockrun's watchdog among its children");
+    kill(watchdog, "STOP");
+    kill(dead, "KILL");
+    let _ = holder.wait_exit(BOUND);
+    kill(watchdog, "CONT");
+    wait_for("the whole tree to be stopped by the watchdog", || {
+        tree.iter().all(|&p| process_gone(p))
+    });
+    let said = holder.stderr_text();
+    assert!(said.contains("died while its command"), "{said}");
+    // And the lock passed on once the watchdog let go of the session.
+    lockrun()
+        .args(["-w", "30", &url, "true"])
+        .assert()
+        .success();
+}
+
 /// Issue 29 item 8: `pg_terminate_backend` of the holder's session. The
 /// server says so at once (a FATAL message, then it closes the
 /// connection), but lockrun noticed only at its next check, TTL/3 later:

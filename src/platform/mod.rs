@@ -55,6 +55,10 @@ pub use threads::{
     block_signals_on_this_thread, interrupt_helper, interrupt_signal_in_use, spawn_helper,
     tolerating_file_size_limit, with_signals_blocked,
 };
+/// Named on every build (the run flow's one signature); only a watchdog
+/// makes one.
+#[cfg(unix)]
+pub use watchdog::ChildLink;
 #[cfg(all(unix, any(feature = "etcd", feature = "postgres")))]
 pub use watchdog::Watchdog;
 #[cfg(unix)]

@@ -10,7 +10,10 @@
 //! Why a process of its own, and why this shape:
 //! - The command's parent-death signal (`die_with_parent`) reaches the
 //!   command alone: not its children (any `sh -c` command), and not a
-//!   command that ignores SIGTERM.
+//!   command that ignores SIGTERM. Worse, beside a watchdog it races it:
+//!   a command it killed first left its children orphaned, out of the
+//!   watchdog's reach. So with a watchdog the command gets none, and
+//!   tells the watchdog its pid itself before its exec (`ChildLink`).
 //! - Only a process that outlives lockrun can act after lockrun's death.
 //!   The watchdog is forked by lockrun before the lock is even contended
 //!   for, while lockrun is still one thread (so the child may allocate and
@@ -101,18 +104,62 @@ impl Watchdog {
     /// Hands the watchdog a duplicate of `fd` (the lock's connection), to
     /// keep open after lockrun's death until the command's tree is gone.
     pub fn hold(&self, fd: BorrowedFd<'_>) {
-        let _ = send(&self.ours, HOLD, 0, Some(fd.as_raw_fd()));
+        let _ = send(self.ours.as_raw_fd(), HOLD, 0, Some(fd.as_raw_fd()));
     }
 
     pub fn command_started(&self, pid: i32) {
-        let _ = send(&self.ours, COMMAND, pid, None);
+        let _ = send(self.ours.as_raw_fd(), COMMAND, pid, None);
+    }
+
+    /// What the command's own process uses, between fork and exec, to tell
+    /// the watchdog its pid ([`ChildLink::announce`]).
+    pub fn child_link(&self) -> ChildLink {
+        ChildLink {
+            fd: self.ours.as_raw_fd(),
+            parent: std::process::id() as i32,
+        }
     }
 
     /// The command has exited (not yet reaped): the watchdog lets go of
     /// what it holds and exits.
     pub fn command_exited(&self) {
-        let _ = send(&self.ours, STAND_DOWN, 0, None);
+        let _ = send(self.ours.as_raw_fd(), STAND_DOWN, 0, None);
         PID.store(0, SeqCst);
+    }
+}
+
+/// lockrun's end of the socket as the command's process sees it between
+/// fork and exec (close-on-exec: the command itself never has it).
+///
+/// Why the command announces itself rather than lockrun alone: the
+/// watchdog must know the command before lockrun can die, or a lockrun
+/// killed right after the fork leaves a command nobody stops. Sent from
+/// the child, the pid is on the socket before the exec, and the watchdog
+/// cannot read end-of-file before it (the child holds a copy of this end
+/// until its exec). That is what lets the command go without a
+/// parent-death signal: SIGTERM from the kernel at lockrun's death raced
+/// the watchdog, and when it won, the command died alone, its children
+/// were reparented out of reach, and the watchdog (finding the command
+/// gone) stopped nothing while they ran on past the lock.
+#[derive(Clone, Copy)]
+pub struct ChildLink {
+    fd: RawFd,
+    parent: i32,
+}
+
+impl ChildLink {
+    /// In the command's process before its exec; async-signal-safe (one
+    /// getpid, one sendmsg from stack buffers, one getppid). A lockrun
+    /// already gone by then never saw the command start: it leaves at once,
+    /// as under the parent-death signal.
+    pub fn announce(self) {
+        // SAFETY: getpid, getppid and _exit are async-signal-safe.
+        unsafe {
+            let _ = send(self.fd, COMMAND, libc::getpid(), None);
+            if libc::getppid() != self.parent {
+                libc::_exit(128 + libc::SIGTERM);
+            }
+        }
     }
 }
 
@@ -159,7 +206,9 @@ union Control {
     bytes: [u8; 64],
 }
 
-fn send(fd: &OwnedFd, kind: u32, value: i32, pass: Option<RawFd>) -> io::Result<()> {
+/// One message; async-signal-safe (stack buffers only), as the command's
+/// process sends one before its exec.
+fn send(fd: RawFd, kind: u32, value: i32, pass: Option<RawFd>) -> io::Result<()> {
     let mut msg = [0u8; 8];
     msg[..4].copy_from_slice(&kind.to_le_bytes());
     msg[4..].copy_from_slice(&value.to_le_bytes());
@@ -186,7 +235,7 @@ fn send(fd: &OwnedFd, kind: u32, value: i32, pass: Option<RawFd>) -> io::Result<
             std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), pass);
         }
         loop {
-            if libc::sendmsg(fd.as_raw_fd(), &header, send_flags()) == msg.len() as isize {
+            if libc::sendmsg(fd, &header, send_flags()) == msg.len() as isize {
                 return Ok(());
             }
             let e = io::Error::last_os_error();

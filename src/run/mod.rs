@@ -178,7 +178,11 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         watchdog.hold(fd);
     }
     signals::command_starting(kept_group);
-    let started = start(&command, told_by_child.clone(), &held);
+    #[cfg(feature = "lock-urls")]
+    let link = flow.watchdog.map(platform::Watchdog::child_link);
+    #[cfg(not(feature = "lock-urls"))]
+    let link = None;
+    let started = start(&command, told_by_child.clone(), &held, link);
     let pid = match started {
         Ok(pid) => pid,
         Err(e) => {
@@ -236,13 +240,20 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
 
 /// Starts the command, whose own process writes its part of the record
 /// (`child_record`, through the lock file's descriptor) before its exec.
+///
+/// A command that must not outlive lockrun is stopped by lockrun's
+/// watchdog, told the command's pid by the command itself before its exec
+/// (`link`); only without a watchdog (it could not be forked) does the
+/// command get the parent-death signal, which reaches it alone and would
+/// race the watchdog for it (platform::watchdog's `ChildLink` says how).
 fn start<H: Held>(
     command: &CommandLine,
     child_record: Option<Arc<ChildRecord>>,
     held: &H,
+    link: Option<platform::ChildLink>,
 ) -> std::io::Result<i32> {
     let record_fd = held.child_record_fd().map(|fd| fd.as_raw_fd());
-    let dies_with_us = held.dies_with_lockrun().then(rustix::process::getpid);
+    let dies_with_us = (held.dies_with_lockrun() && link.is_none()).then(rustix::process::getpid);
     // Last, so that the clock reading is as close to the child's start as
     // it can be: the child finds its start time from it.
     let before = child_record.as_ref().and_then(|_| platform::before_start());
@@ -257,6 +268,9 @@ fn start<H: Held>(
                 crate::platform::tolerating_file_size_limit(|| {
                     child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd), before);
                 });
+            }
+            if let Some(link) = link {
+                link.announce();
             }
             if let Some(lockrun) = dies_with_us {
                 platform::die_with_parent(lockrun);
