@@ -3060,6 +3060,39 @@ fn slow_link(target: &str, delay: Duration) -> u16 {
     port
 }
 
+/// Issue 29, found by the fault harness (bench/faults/repro-release-76.sh):
+/// exit 76 "the lock key was gone from etcd when the command ended" for a
+/// run that held the lock to its end. The release transaction reached the
+/// first member, which applied it and answered after its share of the
+/// release deadline; sent again to the next member, it found our key gone
+/// (deleted by itself) and read that as a lock lost before the release.
+/// Here the first member is behind a 1.2 s round trip, longer than its
+/// share (2 s over 3 members).
+#[test]
+fn a_release_applied_by_a_member_that_answered_late_is_not_a_lost_lock() {
+    let Some(etcd) = Etcd::start_with(&Setup::default(), 3) else {
+        return;
+    };
+    let port = slow_link(&etcd.members[0].endpoint, Duration::from_millis(600));
+    let url = format!(
+        "etcd://127.0.0.1:{port},{},{}/late",
+        etcd.members[1].endpoint, etcd.members[2].endpoint
+    );
+    for run in 0..3 {
+        let out = etcd
+            .lockrun()
+            .args(["--ttl", "4s", &url, "true"])
+            .timeout(Duration::from_secs(60))
+            .output()
+            .expect("run lockrun");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "run {run}: {stderr}");
+    }
+    // Released, and its last record stored: the lock is free at once.
+    let json = holder_json_with(&etcd, &etcd.url_via(&[1], "late"));
+    assert_eq!(json["state"], "free", "{json}");
+}
+
 /// Issue 29 item 6: each member's share of a call was a fixed 1.5 s, so
 /// on a link with a round trip longer than that every call failed and
 /// lockrun exited 69 "cannot reach etcd" though etcd was up, whatever the

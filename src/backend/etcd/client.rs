@@ -448,9 +448,22 @@ impl Client {
         deadline: Instant,
     ) -> Result<Released, EtcdError> {
         let mut ops = vec![ec::TxnOp::delete(key, None)];
+        // When the compare fails: the last record as it stands, so that a
+        // transaction already applied by a member that answered too late
+        // (and so sent again to the next one) is known by what it wrote.
+        let mut otherwise = Vec::new();
         if let Some((name, value)) = last {
             ops.push(ec::TxnOp::put(name, value, None));
+            otherwise.push(ec::TxnOp::get(name, None));
         }
+        let ours_written = |answer: &ec::TxnResponse| {
+            last.is_some_and(|(_, value)| {
+                answer.op_responses().iter().any(|r| match r {
+                    ec::TxnOpResponse::Get(get) => get.kvs().iter().any(|kv| kv.value() == value),
+                    _ => false,
+                })
+            })
+        };
         // Only while our key is still the one we created: if its lease
         // expired meanwhile (a renewal starved for a whole TTL), etcd may
         // already have given the lock to another holder while the command
@@ -463,12 +476,23 @@ impl Client {
             let handed = self
                 .inner
                 .call("release transaction", deadline, move |mut c| {
-                    let txn = ec::Txn::new().when([ours.clone()]).and_then(ops.clone());
+                    let txn = ec::Txn::new()
+                        .when([ours.clone()])
+                        .and_then(ops.clone())
+                        .or_else(otherwise.clone());
                     async move { c.txn(txn).await }
                 })
                 .await;
             let revoked = self.inner.revoke(lease, deadline).await;
             match handed {
+                // Our own earlier attempt deleted the key (issue 29: exit
+                // 76 for a run that held the lock to its end, when the
+                // first member applied the release but answered late): the
+                // record it stored is ours, byte for byte (it names our
+                // token, pid and times), which no later holder's can be.
+                Ok(answer) if !answer.succeeded() && ours_written(&answer) => {
+                    revoked.map(|()| Released::Ours)
+                }
                 Ok(answer) if !answer.succeeded() => Ok(Released::AlreadyGone),
                 Ok(_) => revoked.map(|()| Released::Ours),
                 // etcd's refusal says what happened; a revoke that then
