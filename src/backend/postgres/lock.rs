@@ -14,7 +14,7 @@ use super::RunOptions;
 use super::connect::{self, Target};
 use super::session::{self, Session};
 use super::slots::{self, Entry};
-use super::sql::{Row, SESSION_MARK, literal, record_in};
+use super::sql::{DURABLE_TOKEN, Row, SESSION_MARK, literal, record_in};
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
 use crate::display;
@@ -411,7 +411,7 @@ impl PgBackend {
         // The fencing token comes with the lock, in the same statement.
         let first = match opts.slots {
             None => format!(
-                "CASE WHEN pg_try_advisory_lock(k) THEN txid_current() END AS token, {} AS slots_unused",
+                "CASE WHEN pg_try_advisory_lock(k) THEN {DURABLE_TOKEN} END AS token, {} AS slots_unused",
                 slots::unused_sql(&name)
             ),
             Some(n) => slots::announce_sql(&name, n),
@@ -561,7 +561,7 @@ impl PgBackend {
     /// bring it; with proof that the lock stayed with our session.
     fn fencing_token(&self, client: &mut Client, key: i64) -> Result<i64, Failure> {
         let sql = format!(
-            "{}SELECT txid_current() AS token, ({}) AS holds",
+            "{}SELECT {DURABLE_TOKEN} AS token, ({}) AS holds",
             self.comment,
             session::holds_sql(key)
         );
@@ -804,7 +804,7 @@ impl Contender for PgBackend {
             return Ok(take.slot.is_some() && take.token.is_some());
         }
         let sql = format!(
-            "{}SELECT CASE WHEN pg_try_advisory_lock({}) THEN txid_current() END",
+            "{}SELECT CASE WHEN pg_try_advisory_lock({}) THEN {DURABLE_TOKEN} END",
             self.comment, self.key
         );
         let Some(client) = self.client.as_mut() else {
@@ -866,7 +866,7 @@ impl Contender for PgBackend {
         // (the subquery, fenced by OFFSET 0, yields its row only then): no
         // round trip between the server's wake-up and the command.
         let sql = format!(
-            "{}SELECT txid_current() FROM (SELECT pg_advisory_lock({}) OFFSET 0) AS locked",
+            "{}SELECT {DURABLE_TOKEN} FROM (SELECT pg_advisory_lock({}) OFFSET 0) AS locked",
             self.comment, self.key
         );
         Ok(Box::new(move || match client.simple_query(&sql) {

@@ -14,7 +14,9 @@
 //! or later). The command's `LOCKRUN_FENCING_TOKEN` is `txid_current()`
 //! (the same number as `pg_current_xact_id()`) taken once the lock is
 //! held: transaction ids only grow in a cluster, so every later holder's
-//! token is larger. A standby cannot hand one out, and is refused (69).
+//! token is larger, provided the transaction that took it is on disk
+//! before the command starts, crash or not (`sql::DURABLE_TOKEN` says how).
+//! A standby cannot hand one out, and is refused (69).
 //!
 //! If lockrun's host dies, the server ends the session (and frees the
 //! lock) when its keepalive probes go unanswered: lockrun sets

@@ -168,6 +168,8 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
     };
     let slot = slot_key_sql(name, "k + 1");
     let key = slot_key_sql(name, "c.slot");
+    // Flushed to disk with the commit, or a crash could hand it out again.
+    let token = super::sql::DURABLE_TOKEN;
     format!(
         "WITH RECURSIVE other AS MATERIALIZED (\
            SELECT l.objid::bigint AS n, l.pid FROM pg_locks l \
@@ -190,7 +192,7 @@ pub fn take_sql(name: &str, queue: &str, n: u16, entry: Entry, first: Option<&st
            SELECT k + 1, pg_try_advisory_lock({slot}) FROM t WHERE NOT got AND k < {n}) \
          SELECT (SELECT n FROM other) AS other_n, (SELECT pid FROM other) AS other_pid, \
            c.head AS head, c.slot AS slot, {key} AS slot_key, \
-           CASE WHEN c.slot IS NOT NULL THEN txid_current() END AS token, \
+           CASE WHEN c.slot IS NOT NULL THEN {token} END AS token, \
            (SELECT pid FROM plain) AS plain_pid{unlock} \
          FROM (SELECT count(*) > 0 AS head, max(k) FILTER (WHERE got) AS slot FROM t) c"
     )

@@ -45,6 +45,26 @@ impl Row {
     }
 }
 
+/// The fencing token, as an SQL expression: `txid_current()`, in a
+/// transaction made to flush its commit to disk before the server answers.
+///
+/// Why not `txid_current()` alone: a transaction that writes nothing but
+/// its commit record commits asynchronously (PostgreSQL flushes the commit
+/// at once only when the transaction wrote WAL before it); the record sits
+/// in the WAL buffers until the WAL writer's next round (200 ms by
+/// default), and a crash before it loses it. Recovery then hands out the
+/// same transaction id again: the next holder's token equalled, or was
+/// even below, the one before the crash (bench/faults/repro-pg-token-reuse.sh:
+/// 726, then 726). A transactional logical message (a WAL record anyone
+/// may write, no table needed, PostgreSQL 9.6 or later) makes the commit
+/// a synchronous one, and `synchronous_commit` is raised from `off` to
+/// `local` for this transaction alone (a role or database may set `off`).
+/// The cost is one WAL flush per lock taken.
+pub const DURABLE_TOKEN: &str = "(SELECT txid_current() \
+FROM pg_logical_emit_message(true, 'lockrun', 'fencing token') AS durable, \
+set_config('synchronous_commit', CASE current_setting('synchronous_commit') \
+WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true) AS commit_mode)";
+
 /// A setting lockrun gives its server session, unique to the run: a
 /// session that already has one when lockrun connects was handed over from
 /// another client, which only a pooler in transaction or statement mode
