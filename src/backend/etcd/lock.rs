@@ -395,7 +395,11 @@ impl EtcdBackend {
             n,
             &slots::slot_of,
             &value_for,
-            Instant::now() + self.client.call_timeout(),
+            // The session renews the lease meanwhile, and every round lost
+            // is another holder's claim made (N rounds at most when N claim
+            // at once): a claim still not made after three TTLs of rounds
+            // is given up.
+            Instant::now() + (self.ttl * 3).max(self.client.call_timeout()),
         ) {
             Ok(Some(k)) => Ok(k),
             Ok(None) => Err(self.failure(&EtcdError {
