@@ -107,12 +107,16 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__check)
-            opts="-q -h --json --quiet --probe --help"
+            opts="-q -h --json --quiet --probe --token --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

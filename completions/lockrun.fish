@@ -60,6 +60,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -a "holder" -d 'Who holds 
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -l json -d 'One JSON object per path, one per line'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -s h -l help -d 'Print help'
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l token -d 'Lock URLs only (shown in builds that have them; see `command_for`)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l json -d 'Print the same JSON object as `holder --json`'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s q -l quiet -d 'Print nothing; answer with the exit status only'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l probe -d 'Where the kernel cannot tell, try the lock without waiting and release it at once (this touches the lock: a concurrent `lockrun -n` may fail while it is held)'

@@ -17,6 +17,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// `check`'s exit statuses and example, for every build.
+const CHECK_AFTER: &str = "Exit status: 0 held; 1 not held (or no lock file); 69 cannot tell without \
+                           taking the lock (network file system, holder in another PID namespace); 64 usage error.\n\n\
+                           Example:\n  lockrun check -q /var/lock/backup.lock && echo \"backup running\"";
+
 const USAGE: &str = "\
 lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
        lockrun [OPTIONS] LOCKFILE -c SHELL_COMMAND
@@ -245,9 +250,7 @@ pub enum Inspect {
     /// Is the lock held right now? (never takes the lock unless --probe)
     #[command(
         override_usage = "lockrun check [--json] [-q] [--probe] LOCKFILE",
-        after_help = "Exit status: 0 held; 1 not held (or no lock file); 69 cannot tell without \
-                      taking the lock (network file system, holder in another PID namespace); 64 usage error.\n\n\
-                      Example:\n  lockrun check -q /var/lock/backup.lock && echo \"backup running\""
+        after_help = CHECK_AFTER
     )]
     Check {
         /// Print the same JSON object as `holder --json`
@@ -260,6 +263,9 @@ pub enum Inspect {
         /// touches the lock: a concurrent `lockrun -n` may fail while it is held)
         #[arg(long)]
         probe: bool,
+        /// Lock URLs only (shown in builds that have them; see `command_for`)
+        #[arg(long, value_name = "T", allow_negative_numbers = true, hide = true)]
+        token: Option<i64>,
         /// The lock file to look at
         #[arg(value_name = "LOCKFILE")]
         path: PathBuf,
@@ -305,6 +311,8 @@ pub enum Invocation {
         json: bool,
         quiet: bool,
         probe: bool,
+        /// `--token T`: is T a current holder's fencing token?
+        token: Option<i64>,
         target: LockTarget,
     },
     /// `--generate KIND`: print a man page or completion script.
@@ -383,9 +391,23 @@ pub fn command_for(with_urls: bool) -> clap::Command {
             })
     })
     .mut_subcommand("check", |c| {
-        registry::augment_inspect(c).mut_arg("path", |a| {
-            a.help(format!("The lock file or lock URL ({}) to look at", urls.join(", ")))
-        })
+        registry::augment_inspect(c)
+            .override_usage("lockrun check [--json] [-q] [--probe] [--token T] LOCKFILE")
+            .after_help(format!(
+                "{CHECK_AFTER}\n\nWith --token T on a lock URL: 0 only if T is the fencing token of \
+                 a current holder; 1 if the lock is free, lost, or held with another token; 69 if \
+                 the service cannot be reached. A command asks it right before an irreversible \
+                 step:\n  lockrun check -q --token \"$LOCKRUN_FENCING_TOKEN\" \"$LOCKRUN_LOCK_URL\" || exit 76"
+            ))
+            .mut_arg("token", |a| {
+                a.hide(false).help(
+                    "Lock URL only: is T (the LOCKRUN_FENCING_TOKEN a command got) the token of a \
+                     current holder? 1 means the lock has passed on",
+                )
+            })
+            .mut_arg("path", |a| {
+                a.help(format!("The lock file or lock URL ({}) to look at", urls.join(", ")))
+            })
     })
 }
 
@@ -610,11 +632,13 @@ fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation
             json,
             quiet,
             probe,
+            token,
             path,
         }) => Ok(Invocation::Check {
             json,
             quiet,
             probe,
+            token,
             target: with_access(
                 vec![LockTarget::parse(path.into_os_string())?],
                 &inspect_args,

@@ -125,6 +125,25 @@ impl Serialize for Service {
 }
 
 impl Report {
+    /// Whether `token` is the fencing token of a current holder (of the
+    /// lock, or of one of its slots): what the holder's record says, read
+    /// from the service that holds the lock. A record that is not written
+    /// yet (the moment between the lock and the command's start) or not at
+    /// all (`--no-record`) confirms nothing: "no" is the safe answer for a
+    /// script about to act.
+    pub fn holds_token(&self, token: i64) -> bool {
+        let own = self.state == State::Held
+            && self
+                .record
+                .as_ref()
+                .is_some_and(|r| r.fencing_token == Some(token) && !r.is_released());
+        own || self
+            .slot_reports
+            .iter()
+            .flatten()
+            .any(|slot| slot.holds_token(token))
+    }
+
     /// An existing lock nobody holds, with nothing known yet about it:
     /// what each kind of inspection starts from.
     pub fn free(path: String) -> Report {

@@ -168,8 +168,9 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
             json,
             quiet,
             probe,
+            token,
             target,
-        } => check(json, quiet, probe, &target).map(Ending::Status),
+        } => check(json, quiet, probe, token, &target).map(Ending::Status),
         Invocation::Generate(kind) => {
             let text = lockrun::generate::render(kind);
             let mut out = std::io::stdout().lock();
@@ -205,15 +206,29 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
 }
 
 #[cfg(unix)]
-fn check(json: bool, quiet: bool, probe: bool, target: &LockTarget) -> Result<u8, Failure> {
+fn check(
+    json: bool,
+    quiet: bool,
+    probe: bool,
+    token: Option<i64>,
+    target: &LockTarget,
+) -> Result<u8, Failure> {
+    if token.is_some() && !target.is_url() {
+        return Err(Failure::new(
+            exit_codes::USAGE,
+            "--token is for lock URLs: a file lock has no fencing token (the kernel alone says who holds it; `lockrun check LOCKFILE` asks)",
+        ));
+    }
     let found = registry::look_up(target, json || !quiet, probe)?;
     if !quiet {
         print_report(&found, json)?;
     }
-    Ok(match found.state {
-        State::Held => 0,
-        State::Free => exit_codes::NOT_HELD,
-        State::Unknown => exit_codes::UNAVAILABLE,
+    Ok(match (found.state, token) {
+        (State::Unknown, _) => exit_codes::UNAVAILABLE,
+        (State::Held, None) => 0,
+        (State::Free, None) => exit_codes::NOT_HELD,
+        (_, Some(token)) if found.holds_token(token) => 0,
+        (_, Some(_)) => exit_codes::NOT_HELD,
     })
 }
 

@@ -71,6 +71,10 @@ pub struct Record {
     /// `--max-time`, as given: when the command will be stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_time: Option<String>,
+    /// On a lock URL: the holder's `LOCKRUN_FENCING_TOKEN`, which
+    /// `check --token` compares (a file lock has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

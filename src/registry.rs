@@ -27,6 +27,36 @@ use clap::{Args as _, FromArgMatches as _};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// `text` (a lock URL) with its passwords taken out, as the command's
+/// `LOCKRUN_LOCK_URL` carries it: `user:secret@` becomes `user@`, and a
+/// `password=secret` parameter goes with its `&`. The command asks the
+/// service with its own credentials (PGPASSWORD, a password file).
+pub fn without_passwords(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = bytes.to_vec();
+    for span in password_spans(bytes).into_iter().rev() {
+        let (start, end) = (span.start, span.end);
+        if start > 0 && bytes[start - 1] == b':' {
+            out.drain(start - 1..end);
+            continue;
+        }
+        // A query parameter: from its name (after `?` or `&`) to its end,
+        // and one `&` joining it to the next or the one before.
+        let name = bytes[..start]
+            .iter()
+            .rposition(|&b| b == b'?' || b == b'&')
+            .map_or(start, |p| p + 1);
+        if bytes.get(end) == Some(&b'&') {
+            out.drain(name..=end);
+        } else if name > 0 && bytes[name - 1] == b'&' {
+            out.drain(name - 1..end);
+        } else {
+            out.drain(name..end);
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 macro_rules! lock_urls {
     ($($variant:ident => $module:ident),* $(,)?) => {
         /// What a LOCKFILE argument names: the one place that decides which
@@ -103,7 +133,8 @@ macro_rules! lock_urls {
                     if !backend::$module::ENABLED {
                         return Err(backend::$module::not_built());
                     }
-                    run::urls::run_url(opts, &opts.url.text, |label| {
+                    let public = without_passwords(&opts.url.text);
+                    run::urls::run_url(opts, (&opts.url.text, public), |label| {
                         backend::$module::entry::start(opts, label)
                     })
                 })*
@@ -270,4 +301,31 @@ pub fn has_lease() -> bool {
 /// words: for the tests that check a build advertises exactly its own.
 pub fn all() -> impl Iterator<Item = (bool, &'static Words)> {
     ALL.iter().map(|(enabled, words, ..)| (*enabled, *words))
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use super::without_passwords;
+
+    #[test]
+    fn a_lock_url_for_the_command_has_no_password() {
+        for (given, expected) in [
+            (
+                "postgres://app:secret@db:5432/jobs#nightly",
+                "postgres://app@db:5432/jobs#nightly",
+            ),
+            (
+                "postgres://app@db/jobs?password=secret&sslmode=require#n",
+                "postgres://app@db/jobs?sslmode=require#n",
+            ),
+            (
+                "postgres://app@db/jobs?sslmode=require&password=secret#n",
+                "postgres://app@db/jobs?sslmode=require#n",
+            ),
+            ("postgres://app@db/jobs#n", "postgres://app@db/jobs#n"),
+            ("etcd://127.0.0.1:2379/job", "etcd://127.0.0.1:2379/job"),
+        ] {
+            assert_eq!(without_passwords(given), expected, "{given}");
+        }
+    }
 }

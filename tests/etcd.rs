@@ -734,6 +734,78 @@ fn a_deleted_lock_key_stops_the_command_and_exits_76() {
     assert!(stderr.contains("was deleted in etcd"), "{stderr}");
 }
 
+/// CONTRACT §18: `check --token T` answers 0 only while T is a current
+/// holder's token (1 for an older one, for a lock released or lost, 69
+/// when etcd cannot be reached), and the command gets the URL to ask with
+/// as LOCKRUN_LOCK_URL.
+#[test]
+fn check_token_is_0_only_for_the_current_holders_token() {
+    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
+        return;
+    }
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("fence");
+    let check = |token: &str, url: &str| {
+        etcd.lockrun()
+            .args(["check", "-q", "--token", token, url])
+            .output()
+            .expect("run check")
+            .status
+            .code()
+    };
+    let (mut holder, words) = Background::lockrun_holding(
+        &[],
+        Path::new(&url),
+        r#"echo ready $LOCKRUN_FENCING_TOKEN "$LOCKRUN_LOCK_URL"; read x"#,
+    );
+    let token = words[0].clone();
+    assert_eq!(words.get(1), Some(&url), "LOCKRUN_LOCK_URL");
+    // The record names the command once it runs: from then on, 0.
+    wait_for("the record to carry the token", || {
+        check(&token, &url) == Some(0)
+    });
+    let older = (token.parse::<i64>().expect("a token") - 1).to_string();
+    assert_eq!(check(&older, &url), Some(1), "an older token");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert_eq!(check(&token, &url), Some(1), "a released lock's token");
+    // Lost: the holder's key deleted under it. Asked before lockrun has
+    // even noticed, the answer is already no.
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--ttl", "30s"],
+        Path::new(&url),
+        r#"echo ready $LOCKRUN_FENCING_TOKEN; read x"#,
+    );
+    let token = words[0].clone();
+    wait_for("the record to carry the token", || {
+        check(&token, &url) == Some(0)
+    });
+    let deleted = Command::new("etcdctl")
+        .args(["--endpoints", &etcd.endpoint, "del", "--prefix", "fence/"])
+        .env("ETCDCTL_API", "3")
+        .stdout(Stdio::null())
+        .status()
+        .expect("run etcdctl");
+    assert!(deleted.success());
+    assert_eq!(check(&token, &url), Some(1), "a lost lock's token");
+    assert_eq!(holder.wait_exit(BOUND).code(), Some(76));
+    // Unreachable.
+    let (_refusing, port) = refusing_port();
+    assert_eq!(
+        check(&token, &format!("etcd://127.0.0.1:{port}/fence")),
+        Some(69)
+    );
+    // A file lock has no token.
+    let dir = temp_dir();
+    let out = lockrun()
+        .args(["check", "--token", "1"])
+        .arg(dir.path().join("f"))
+        .output()
+        .expect("run check");
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("file lock has no fencing token"));
+}
+
 /// Kills `pid` if it is still the `sleep SECONDS` a test started (a pid read
 /// from a test's own line; checked against its command line so that a
 /// reused pid is left alone): what a broken build leaves running.

@@ -2709,6 +2709,38 @@ fn a_fencing_token_is_never_handed_out_again_after_a_server_crash() {
     }
 }
 
+/// CONTRACT §18 on PostgreSQL: `check --token T` is 0 for the current
+/// holder's token only, and the command's LOCKRUN_LOCK_URL is the URL
+/// without its password (the command asks with PGPASSWORD).
+#[test]
+fn check_token_and_the_commands_lock_url_without_its_password() {
+    let Some(pg) = shared() else { return };
+    let url = pg.app_url("secret", "fence");
+    let bare = url.replace("app:secret@", "app@");
+    let check = |token: &str| {
+        lockrun()
+            .env("PGPASSWORD", "secret")
+            .args(["check", "-q", "--token", token, &bare])
+            .output()
+            .expect("run check")
+            .status
+            .code()
+    };
+    let (mut holder, words) = Background::lockrun_holding(
+        &[],
+        Path::new(&url),
+        r#"echo ready $LOCKRUN_FENCING_TOKEN "$LOCKRUN_LOCK_URL"; read x"#,
+    );
+    let token = words[0].clone();
+    assert_eq!(words.get(1), Some(&bare), "LOCKRUN_LOCK_URL");
+    wait_for("the record to carry the token", || check(&token) == Some(0));
+    let older = (token.parse::<i64>().expect("a token") - 1).to_string();
+    assert_eq!(check(&older), Some(1), "an older token");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert_eq!(check(&token), Some(1), "a released lock's token");
+}
+
 /// Issue 29 item 8: `pg_terminate_backend` of the holder's session. The
 /// server says so at once (a FATAL message, then it closes the
 /// connection), but lockrun noticed only at its next check, TTL/3 later:

@@ -236,6 +236,11 @@ pub trait Held {
     fn dies_with_lockrun(&self) -> bool {
         false
     }
+    /// The fencing token the command gets, kept in the record so that
+    /// `check --token` can tell a current holder's from a stale one.
+    fn fencing_token(&self) -> Option<i64> {
+        None
+    }
     /// Where the command's own process writes the record before it execs,
     /// when the record lives in the lock file.
     fn child_record_fd(&self) -> Option<BorrowedFd<'_>> {

@@ -59,6 +59,9 @@ pub struct Flow<'a> {
     pub label: String,
     /// `LOCKRUN_LOCKFILE` for the command: an absolute path, or the URL.
     pub lockfile: OsString,
+    /// `LOCKRUN_LOCK_URL` for the command: a lock URL without its
+    /// passwords, for `lockrun check --token` from inside the command.
+    pub lock_url: Option<OsString>,
     pub mode: LockMode,
     pub wait: WaitPolicy,
     pub exec_in_place: bool,
@@ -83,6 +86,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let flow = Flow {
         label: display::escape(&opts.path.to_string_lossy()),
         lockfile: lockfile.into_os_string(),
+        lock_url: None,
         mode: opts.mode,
         wait: opts.wait,
         exec_in_place: opts.exec_in_place,
@@ -123,10 +127,13 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     // Everything that does not need the lock is prepared before taking it,
     // so that a waiter that gets the lock starts its command at once.
     let mut recording = Recording::prepare(flow);
-    let env = [
+    let mut env = vec![
         ("LOCKRUN_LOCKFILE", flow.lockfile.as_os_str()),
         ("LOCKRUN_MODE", OsStr::new(flow.mode.as_str())),
     ];
+    if let Some(url) = &flow.lock_url {
+        env.push(("LOCKRUN_LOCK_URL", url.as_os_str()));
+    }
     let mut command = command_line(&flow.settings.command, &env, &[])?;
     // Whether lockrun will stay in the command's process group (a terminal,
     // a session leader) does not change while it waits.
@@ -413,6 +420,7 @@ impl Recording {
 
     fn acquired(&mut self, held: &impl Held) {
         let now = display::now_rfc3339();
+        self.record.fencing_token = held.fencing_token();
         if held.child_record_fd().is_none() {
             // The record is stored by lockrun, not by the command's process.
             self.child = None;

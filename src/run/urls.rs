@@ -15,7 +15,7 @@ use std::ffi::OsString;
 #[cfg(feature = "lock-urls")]
 pub fn run_url<B: crate::backend::Backend, U>(
     opts: &crate::backend::UrlRunOptions<U>,
-    text: &str,
+    (text, public): (&str, String),
     start: impl FnOnce(&str) -> Result<B, Failure>,
 ) -> Result<Ending, Failure> {
     let label = display::escape(text);
@@ -34,6 +34,7 @@ pub fn run_url<B: crate::backend::Backend, U>(
         &Flow {
             label,
             lockfile: OsString::from(text),
+            lock_url: Some(OsString::from(public)),
             mode: crate::mode::LockMode::Exclusive,
             wait: super::wait::WaitPolicy {
                 nonblocking: opts.nonblocking,
@@ -53,7 +54,7 @@ pub fn run_url<B: crate::backend::Backend, U>(
 #[cfg(not(feature = "lock-urls"))]
 pub fn run_url<B: crate::backend::Backend, U>(
     _opts: &crate::backend::UrlRunOptions<U>,
-    _text: &str,
+    _text: (&str, String),
     _start: impl FnOnce(&str) -> Result<B, Failure>,
 ) -> Result<Ending, Failure> {
     Err(Failure::new(

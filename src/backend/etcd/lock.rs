@@ -446,6 +446,10 @@ impl Held for EtcdHeld {
         true
     }
 
+    fn fencing_token(&self) -> Option<i64> {
+        Some(self.revision)
+    }
+
     /// A lock URL has no descriptor whose holders could be traced: what
     /// `--max-time` stops with the command is everything it started.
     fn inheritors(&self) -> Option<crate::backend::Inheritors> {
