@@ -19,8 +19,8 @@ rm -rf "$out"
 start=$(date +%s)
 status=0
 timeout 900 /usr/bin/python3 "$here/faults.py" suite --lockrun "$lockrun" --out "$out" \
-    --backend etcd --faults cut,pause,revoke,leader-stop-long || status=$?
+    --backend etcd --faults cut,pause,revoke,leader-stop-long,loss20 || status=$?
 timeout 900 /usr/bin/python3 "$here/faults.py" suite --lockrun "$lockrun" --out "$out" \
-    --backend pg --faults cut,terminate,restart,pause || status=$?
+    --backend pg --faults cut,terminate,restart,pause,server-kill || status=$?
 echo "fault CI: $(( $(date +%s) - start )) s, status $status (results in $out)"
 exit $status
