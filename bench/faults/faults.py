@@ -446,7 +446,7 @@ FAULTS = {
         "leader-stop-long": dict(loss_ok=True, overlap_ok=False, ttl=4, hold=12, stop=1.5),
         "leader-kill": dict(loss_ok=False, overlap_ok=False, ttl=8, hold=14),
         "member-stop": dict(loss_ok=False, overlap_ok=False, ttl=8, hold=14),
-        "partition": dict(loss_ok=False, overlap_ok=False, ttl=8, hold=20),
+        "partition": dict(loss_ok=False, overlap_ok=False, ttl=8, hold=20, idle_max=3),
         "revoke": dict(loss_ok=True, overlap_ok=False, ttl=8, hold=6),
         "latency500": dict(loss_ok=False, overlap_ok=False, ttl=10, proxy=(250, 0)),
         "latency2000": dict(loss_ok=False, overlap_ok=False, ttl=30, proxy=(1000, 0)),
@@ -804,6 +804,20 @@ def check_run(d):
                     false_kills.append(dict(client=r["client"], at=round(r["t1"] - (t_fault or r["t1"]), 3),
                                             msg=short(first)))
     left = evs.get("end", {}).get("left_running", [])
+    # The lock idle while a lockrun waited for it (issue 29 item 7: a
+    # waiter watching a partitioned member sat blind 10-13 s): gaps between
+    # the commands' activity that some lockrun waited through, from before
+    # the gap began to after it ended. A silent holder (paused, cut off)
+    # makes such a gap too, so only faults that set idle_max fail on it.
+    idle, busy_until = [], None
+    for c in inst:
+        if busy_until is not None and c["start"] > busy_until:
+            g0, g1 = busy_until, c["start"]
+            waited = any(r["t0"] < g0 and ((r.get("cmd") or {}).get("start") or r["t1"]) >= g1 for r in runs)
+            if waited:
+                idle.append(round((g1 - g0) * 1000))
+        busy_until = c["last"] if busy_until is None else max(busy_until, c["last"])
+    idle_max = max(idle, default=0)
     max_ov = max((o["ms"] for o in overlaps), default=0.0)
     beyond = [o for o in overlaps if o["ms"] > WINDOW_MS]
     res = dict(run=os.path.basename(d), backend=meta["backend"], fault=meta["fault"], variant=meta["variant"],
@@ -816,7 +830,7 @@ def check_run(d):
                kill_ms=kill_ms, kill_p50_ms=pct(kill_ms, 0.5), kill_max_ms=max(kill_ms, default=None),
                false_kills=len(false_kills), false_kill_detail=false_kills[:5],
                unclear_failures=len(unclear), unclear_detail=unclear[:3], left_running=len(left),
-               messages=dict(messages))
+               idle_with_waiter_max_ms=idle_max, messages=dict(messages))
     fails = []
     if beyond and not spec.get("overlap_ok"):
         fails.append(f"{len(beyond)} overlap(s) beyond {WINDOW_MS} ms (max {max_ov} ms)")
@@ -830,6 +844,8 @@ def check_run(d):
         fails.append(f"{len(false_kills)} false kill(s)")
     if unclear:
         fails.append(f"{len(unclear)} failure(s) without a clear message")
+    if spec.get("idle_max") and idle_max > spec["idle_max"] * 1000:
+        fails.append(f"the lock sat free {idle_max} ms with a lockrun waiting (beyond {spec['idle_max']} s)")
     if not inst:
         fails.append("no command ran")
     res["fails"] = fails
@@ -851,7 +867,7 @@ def short(msg):
 def table(results):
     hdr = ("backend", "fault", "variant", "ttl", "cmds", "lockruns", "rc 76", "rc 69", "overlaps", "max ms",
            "tok order", "stale unf.", "stale fenced", "rejected", "after 76", "stop p50/max ms", "76 exit max ms",
-           "false kills", "unclear", "verdict")
+           "false kills", "unclear", "idle ms", "verdict")
     rows = [hdr]
     for r in results:
         rows.append((r["backend"], r["fault"], r["variant"], f"{r['ttl']}s", r["commands"], r["lockruns"],
@@ -860,7 +876,8 @@ def table(results):
                      r["stale_writes_fenced"], r["guard_rejected"], r["ran_after_76"],
                      f"{r['kill_p50_ms']}/{r['kill_max_ms']}" if r["kill_ms"] else "-",
                      r.get("exit_max_ms") if r.get("exit_ms") else "-",
-                     r["false_kills"], r["unclear_failures"], "ok" if not r["fails"] else "FAIL: " + "; ".join(r["fails"])))
+                     r["false_kills"], r["unclear_failures"], r.get("idle_with_waiter_max_ms", "-"),
+                     "ok" if not r["fails"] else "FAIL: " + "; ".join(r["fails"])))
     out = []
     for i, row in enumerate(rows):
         out.append("| " + " | ".join(str(x) for x in row) + " |")

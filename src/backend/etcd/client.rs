@@ -998,7 +998,15 @@ impl Inner {
             .connect()
             .await
             .map_err(|e| self.transport_failure(&member.endpoint, &chain(&e)))?;
-        let mut options = ec::ConnectOptions::new().with_auto_token_refresh(true);
+        // `hasleader` on every call (etcd's WithRequireLeader): a member cut
+        // off from the majority refuses at once ("no leader") and ends its
+        // watches, rather than answering from its stale view. A waiter
+        // watching such a member sat blind while the lock was free, its
+        // progress requests still answered (issue 29 item 7: 10-13 s); now
+        // the watch ends and the wait goes on at another member.
+        let mut options = ec::ConnectOptions::new()
+            .with_auto_token_refresh(true)
+            .with_require_leader(true);
         if let Some((user, password)) = &self.credentials {
             options = options.with_user(user.clone(), password.clone());
         }
