@@ -124,6 +124,7 @@ fn helper() {
         }
         "sleep" => std::thread::sleep(Duration::from_millis(arg(1).parse().unwrap_or(1000))),
         "exit" => std::process::exit(arg(1).parse().unwrap_or(0)),
+        "touch" => fs::write(arg(1), b"ran").expect("write the marker"),
         // The record must name this process before it runs.
         "own-record" => {
             let lock = std::env::var("LOCKRUN_LOCKFILE").expect("LOCKRUN_LOCKFILE");
@@ -492,4 +493,50 @@ fn unix_only_forms_are_usage_errors() {
         );
     }
     let _ = lock;
+}
+
+/// Issue 27 item 2: the lock file is refused, as on Linux, when it is a
+/// directory, has a second name (a hard link), or is a reparse point (a
+/// symbolic link: refused as O_NOFOLLOW refuses one), and nothing runs.
+#[test]
+fn a_directory_a_hard_link_and_a_symbolic_link_are_refused() {
+    let dir = tmp();
+    let ran = dir.path().join("ran");
+    let refused = |lock: &Path, why: &str| {
+        let mut c = run_with(&[], lock, &format!("touch|{}", ran.display()));
+        c.current_dir(dir.path());
+        let out = output(c);
+        assert_eq!(out.status.code(), Some(77), "{why}: {}", stderr(&out));
+        assert!(!ran.exists(), "{why}: the command ran");
+        stderr(&out)
+    };
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).expect("a directory");
+    assert!(refused(&sub, "a directory").contains("directory"));
+    let first = dir.path().join("a.lock");
+    std::fs::write(&first, b"").expect("a lock file");
+    let second = dir.path().join("b.lock");
+    std::fs::hard_link(&first, &second).expect("a hard link");
+    assert!(refused(&second, "a hard link").contains("hard links"));
+    let link = dir.path().join("l.lock");
+    match std::os::windows::fs::symlink_file(&first, &link) {
+        // Wine makes a Unix symbolic link, which its Windows calls do not
+        // show as a reparse point (nor resolve in GetFinalPathNameByHandle):
+        // there the case cannot be seen, and is said to be skipped.
+        Ok(())
+            if std::fs::symlink_metadata(&link).map_or(true, |m| {
+                std::os::windows::fs::MetadataExt::file_attributes(&m) & 0x400 == 0
+            }) =>
+        {
+            eprintln!(
+                "SKIPPED: the symbolic-link case (this system's symbolic link is not a reparse point: Wine)"
+            );
+        }
+        Ok(()) => {
+            assert!(refused(&link, "a symbolic link").contains("reparse point"));
+        }
+        // Creating one needs a privilege (or developer mode) on Windows;
+        // the refusal is still checked wherever one can be made.
+        Err(e) => eprintln!("SKIPPED: the symbolic-link case (cannot make one here: {e})"),
+    }
 }
