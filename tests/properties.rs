@@ -45,6 +45,7 @@ fn any_record() -> impl Strategy<Value = Record> {
             any::<Option<i32>>(),
             any::<Option<i32>>(),
         ),
+        any::<Option<i64>>(),
     )
         .prop_map(
             |(
@@ -53,6 +54,7 @@ fn any_record() -> impl Strategy<Value = Record> {
                 command,
                 (cwd, mode, acquired_at),
                 (released_at, code, signal),
+                fencing_token,
             )| Record {
                 lockrun: 1,
                 pid,
@@ -69,6 +71,7 @@ fn any_record() -> impl Strategy<Value = Record> {
                 version: None,
                 pid_ns: None,
                 max_time: None,
+                fencing_token,
                 released_at,
                 exit: (code.is_some() || signal.is_some()).then_some(Exit {
                     code,
