@@ -141,6 +141,49 @@ fn the_race_catches_nested_flock_in_opposite_orders() {
     );
 }
 
+/// The deadlock the race can only stumble on, set up on purpose: the
+/// lock first in (device, inode) order is held, and two lockruns name the
+/// set in opposite orders. Each must wait for that first lock holding
+/// nothing else (a lockrun that took the other lock first would hold it
+/// while it waits: with the first lock released, the two would then wait
+/// for each other until `-w` ran out).
+#[test]
+fn a_waiter_for_the_first_lock_in_the_order_holds_no_other() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = temp_dir();
+    let (a, b, _) = paths(&dir);
+    for p in [&a, &b] {
+        std::fs::write(p, "").unwrap();
+    }
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    let (first, second) = if ino(&a) < ino(&b) { (a, b) } else { (b, a) };
+    let (mut holder, _) = Background::lockrun_holding(&[], &first, "echo ready; read x");
+    let waiter = |named_first: &Path, other: &Path| {
+        let mut cmd = std_lockrun();
+        cmd.args(["-w", "10", "--also"])
+            .arg(other)
+            .arg(named_first)
+            .arg("true");
+        Background::spawn_quiet(cmd)
+    };
+    let mut one = waiter(&first, &second);
+    let mut two = waiter(&second, &first);
+    wait_for("both to wait for the first lock", || {
+        kernel_waiters(&first) == 2
+    });
+    assert_eq!(
+        kernel_holders(&second),
+        0,
+        "a waiter holds the second lock while it waits for the first"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    for w in [&mut one, &mut two] {
+        let status = w.wait_exit(BOUND);
+        assert!(status.success(), "{status:?}: {}", w.stderr_text());
+    }
+}
+
 fn paths(dir: &tempfile::TempDir) -> (PathBuf, PathBuf, PathBuf) {
     let p = |n: &str| dir.path().join(n);
     (p("A"), p("B"), p("C"))
