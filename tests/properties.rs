@@ -34,7 +34,11 @@ fn any_record() -> impl Strategy<Value = Record> {
             proptest::option::of(any_text()),
             any::<Option<u32>>(),
         ),
-        proptest::option::of(proptest::collection::vec(any_text(), 0..4)),
+        (
+            proptest::option::of(proptest::collection::vec(any_text(), 0..4)),
+            // `also`: the rest of an --also set.
+            proptest::option::of(proptest::collection::vec(any_text(), 0..3)),
+        ),
         (
             proptest::option::of(any_text()),
             proptest::option::of(any_text()),
@@ -50,7 +54,7 @@ fn any_record() -> impl Strategy<Value = Record> {
             |(
                 (pid, pid_start, boot_id, lockrun_pid),
                 (host, user, uid),
-                command,
+                (command, also),
                 (cwd, mode, acquired_at),
                 (released_at, code, signal),
             )| Record {
@@ -69,6 +73,7 @@ fn any_record() -> impl Strategy<Value = Record> {
                 version: None,
                 pid_ns: None,
                 max_time: None,
+                also,
                 released_at,
                 exit: (code.is_some() || signal.is_some()).then_some(Exit {
                     code,
