@@ -688,6 +688,24 @@ fn skip_usage_errors_say_why() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
     let lock = lock.to_str().unwrap();
+    // PostgreSQL keeps nothing after a release: refused before connecting.
+    if cfg!(feature = "postgres") {
+        let out = lockrun()
+            .args([
+                "--skip-if-succeeded-within",
+                "1h",
+                "postgres:///#job",
+                "true",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(
+            stderr.contains("keeps no record after its release"),
+            "{stderr}"
+        );
+    }
     for (args, why) in [
         (
             vec![

@@ -42,9 +42,7 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     slots: true,
     stays_to: "keep the lease alive",
     woken_by: "etcd itself",
-    last_record: Err(
-        "lockrun does not read the last holder's record from etcd yet; decide with `lockrun holder --json` in the command, or use a lock file",
-    ),
+    last_record: Ok(()),
 };
 
 /// Whether this build has lock URLs (the `etcd` cargo feature).
