@@ -737,3 +737,49 @@ fn skip_usage_errors_say_why() {
         );
     }
 }
+
+/// Waiting for a set is a kernel wait on the busy lock, not a loop over
+/// the set: the waiters (one with a deadline, whose main thread looks at
+/// the clock 4 times a second, one without, blocked on its main thread)
+/// sit in the kernel's queue of the busy lock and use no CPU.
+#[test]
+fn waiting_for_a_set_is_a_kernel_wait_on_the_busy_lock() {
+    let dir = temp_dir();
+    let (a, b, c) = paths(&dir);
+    let (_holder, _) = Background::lockrun_holding(&[], &b, "echo ready; exec sleep 60");
+    let waiters: Vec<Background> = [&["-w", "60"][..], &[]]
+        .iter()
+        .map(|args| {
+            let mut cmd = std_lockrun();
+            cmd.args(*args)
+                .arg("--also")
+                .arg(&c)
+                .arg("--also")
+                .arg(&b)
+                .arg(&a)
+                .arg("true");
+            Background::spawn_quiet(cmd)
+        })
+        .collect();
+    wait_for("both waiters in B's kernel queue", || {
+        kernel_waiters(&b) == 2
+    });
+    let before: Vec<(u64, u64)> = waiters
+        .iter()
+        .map(|w| (cpu_ticks(w.pid()), wakeups(w.pid())))
+        .collect();
+    // The window over which CPU time is counted (not a synchronisation).
+    std::thread::sleep(Duration::from_secs(2));
+    for (waiter, (ticks, woke)) in waiters.iter().zip(before) {
+        let used = cpu_ticks(waiter.pid()) - ticks;
+        assert!(used <= 1, "a waiter used {used} clock ticks in 2 seconds");
+        let woke = wakeups(waiter.pid()) - woke;
+        assert!(
+            woke <= 20,
+            "a waiter's threads woke {woke} times in 2 seconds"
+        );
+    }
+    // Still queued on B, and nobody waits on anything else.
+    assert_eq!(kernel_waiters(&b), 2);
+    assert_eq!(kernel_waiters(&a) + kernel_waiters(&c), 0);
+}
