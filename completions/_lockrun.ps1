@@ -37,6 +37,8 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             [CompletionResult]::new('--max-time', '--max-time', [CompletionResultType]::ParameterName, 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124')
             [CompletionResult]::new('--kill-grace', '--kill-grace', [CompletionResultType]::ParameterName, 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]')
             [CompletionResult]::new('--slots', '--slots', [CompletionResultType]::ParameterName, 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)')
+            [CompletionResult]::new('--also', '--also', [CompletionResultType]::ParameterName, 'Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one order (device, then inode) so that lockruns naming them in any order never deadlock')
+            [CompletionResult]::new('--skip-if-succeeded-within', '--skip-if-succeeded-within', [CompletionResultType]::ParameterName, 'Do not run the command if the last run under this lock exited 0 less than DURATION ago (decided under the lock, from its record; exit 0)')
             [CompletionResult]::new('-x', '-x', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('-e', '-e', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')
             [CompletionResult]::new('--exclusive', '--exclusive', [CompletionResultType]::ParameterName, 'Exclusive lock (the default)')

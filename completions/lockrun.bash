@@ -29,7 +29,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --forward --quiet --verbose --max-time --kill-grace --slots --help --version holder check"
+            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --forward --quiet --verbose --max-time --kill-grace --slots --also --skip-if-succeeded-within --help --version holder check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -96,6 +96,14 @@ _lockrun() {
                     return 0
                     ;;
                 --slots)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --also)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --skip-if-succeeded-within)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

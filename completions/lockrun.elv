@@ -34,6 +34,8 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand --max-time 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124'
             cand --kill-grace 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]'
             cand --slots 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)'
+            cand --also 'Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one order (device, then inode) so that lockruns naming them in any order never deadlock'
+            cand --skip-if-succeeded-within 'Do not run the command if the last run under this lock exited 0 less than DURATION ago (decided under the lock, from its record; exit 0)'
             cand -x 'Exclusive lock (the default)'
             cand -e 'Exclusive lock (the default)'
             cand --exclusive 'Exclusive lock (the default)'

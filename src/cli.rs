@@ -210,6 +210,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::backend::file::slots::MAX_SLOTS)), help_heading = "Lock")]
     slots: Option<u16>,
 
+    /// Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one
+    /// order (device, then inode) so that lockruns naming them in any order never deadlock
+    #[arg(long, value_name = "LOCKFILE", action = clap::ArgAction::Append,
+          value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
+    also: Vec<OsString>,
+
+    /// Do not run the command if the last run under this lock exited 0 less than DURATION ago
+    /// (decided under the lock, from its record; exit 0)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
+    skip_if_succeeded_within: Option<Duration>,
+
     /// Lock file (created if missing, never deleted), a directory, or an open FD number
     #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
@@ -831,6 +842,8 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         max_time: None,
         kill_grace: None,
         slots: None,
+        also: Vec::new(),
+        skip_if_succeeded_within: None,
         target: None,
         command: Vec::new(),
     };
@@ -966,6 +979,17 @@ fn run_invocation(
         &args.shell_command,
         args.fd,
     ) {
+        // Neither has anything to go on in fd mode, under either name.
+        if !args.also.is_empty() {
+            return Err(usage(
+                "--also cannot be used in fd mode: lockrun takes a set of locks only from lock files it opens itself, and runs a command while it holds them; give a LOCKFILE and a COMMAND",
+            ));
+        }
+        if args.skip_if_succeeded_within.is_some() {
+            return Err(usage(
+                "--skip-if-succeeded-within cannot be used in fd mode: fd mode runs no command and writes no record, so there is no last run to go by; give a LOCKFILE and a COMMAND",
+            ));
+        }
         // flock(1) ignores them there; lockrun says they do nothing.
         if (args.no_fork
             || args.close
@@ -1055,10 +1079,25 @@ fn run_invocation(
             ));
         }
     };
+    if args.fd.is_some() && !args.also.is_empty() {
+        return Err(usage(
+            "--also cannot be used with --fd: lockrun takes the set in one order from lock files it opens itself; give the LOCKFILE instead of a descriptor",
+        ));
+    }
+    if args.fd.is_some() && args.skip_if_succeeded_within.is_some() {
+        return Err(usage(
+            "--skip-if-succeeded-within cannot be used with --fd: a lent descriptor's file gets no record, so no run would ever count; give the LOCKFILE instead of a descriptor",
+        ));
+    }
     let path = match args.fd {
         Some(_) => PathBuf::from(target),
         None => match LockTarget::parse(target)? {
             LockTarget::File(path) => path,
+            _ if !args.also.is_empty() => {
+                return Err(usage(
+                    "--also cannot be used with a lock URL: a lock service's lock and the kernel's cannot be taken in one order, so all-or-nothing without deadlock cannot be promised; use lock files",
+                ));
+            }
             url => {
                 return url_run(
                     url,
@@ -1076,6 +1115,32 @@ fn run_invocation(
         return Err(usage(
             "--slots cannot be used with -s or -F: each slot is an exclusive lock that lockrun passes to the command",
         ));
+    }
+    if args.slots.is_some() && !args.also.is_empty() {
+        return Err(usage(
+            "--also cannot be used with --slots: a slot is taken from a queue of its own, which cannot be ordered with other locks; hold the set with plain locks",
+        ));
+    }
+    if args.slots.is_some() && args.skip_if_succeeded_within.is_some() {
+        return Err(usage(
+            "--skip-if-succeeded-within cannot be used with --slots: each slot keeps its own record, so there is no one last run of the lock to go by",
+        ));
+    }
+    if args.no_fork && !args.also.is_empty() {
+        return Err(usage(
+            "--also cannot be used with -F: lockrun must stay to complete the record of every lock file in the set when the command ends",
+        ));
+    }
+    let mut also = Vec::with_capacity(args.also.len());
+    for other in std::mem::take(&mut args.also) {
+        match LockTarget::parse(other)? {
+            LockTarget::File(path) => also.push(path),
+            _ => {
+                return Err(usage(
+                    "--also takes lock files, not lock URLs: a lock service's lock and the kernel's cannot be taken in one order, so all-or-nothing without deadlock cannot be promised",
+                ));
+            }
+        }
     }
     if args.slots.is_some() && args.fd.is_some() {
         return Err(usage(
@@ -1113,6 +1178,7 @@ fn run_invocation(
         close_before_exec: args.close,
         exec_in_place: args.no_fork,
         slots: args.slots,
+        also,
         settings: run_settings(&args, command, (quiet, conflict_status), write_record),
     }))
 }
@@ -1133,6 +1199,7 @@ fn run_settings(
         forward_signals: args.forward != Some(Forward::Never),
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
+        skip_if_succeeded_within: args.skip_if_succeeded_within,
     }
 }
 
@@ -1157,6 +1224,7 @@ fn url_run(
         poll: wait.poll.is_some(),
         byte_ranges: args.unlock || args.fcntl || args.start.is_some() || args.length.is_some(),
         slots: args.slots.is_some(),
+        skip_recent: args.skip_if_succeeded_within.is_some(),
     };
     let base = crate::backend::UrlBase {
         nonblocking: wait.nonblocking,

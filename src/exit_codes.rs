@@ -11,6 +11,9 @@ use std::path::Path;
 /// EX_TEMPFAIL says "try again later", which is exactly the situation.
 pub const CONFLICT: u8 = 75;
 pub const USAGE: u8 = 64;
+/// `--skip-if-succeeded-within` found a recent success: nothing to do,
+/// which is a success (cron mails nothing, a systemd unit stays green).
+pub const SKIPPED: u8 = 0;
 pub const NO_INPUT: u8 = 66;
 /// `check` cannot tell without taking the lock; for a lock URL, etcd
 /// cannot be reached (the command never ran).

@@ -351,6 +351,22 @@ exits, for the shell idiom shown in \\fBEXAMPLES\\fR: the lock stays with the
 shell's descriptor. With \\fB\\-\\-fd\\fR \\fIFD\\fR \\fICOMMAND\\fR it locks the
 descriptor and runs the command, which inherits it. lockrun never closes a
 descriptor it was lent.
+.SS Several locks at once
+With \\fB\\-\\-also\\fR \\fILOCKFILE2\\fR (repeatable) lockrun holds every lock file
+named while the command runs, or none of them. It takes them in one order, by
+device and inode, whatever the order they were named in, so lockruns naming the
+same files in any order never deadlock: it only ever waits, in the kernel, for a
+lock that comes after every lock it holds. One \\fB\\-w\\fR deadline covers the
+set; when the wait ends without all of them (\\fB\\-n\\fR, the deadline, a signal)
+none is held. A file named twice or through a hard link is locked once. Each
+lock file's record names the others (\\fBalso\\fR), so \\fBlockrun holder\\fR on any
+of them shows the set.
+.SS At most once per period
+With \\fB\\-\\-skip\\-if\\-succeeded\\-within\\fR \\fIDURATION\\fR lockrun, once it holds
+the lock, reads the lock file's record: if the last run exited 0 and ended less
+than \\fIDURATION\\fR ago, it does not run the command, leaves the record as it
+was, says so on stderr (not with \\fB\\-q\\fR) and exits 0. A failed, killed or
+unfinished last run, or no record, never causes a skip.
 ";
 
 const MAN_ENVIRONMENT: &str = "\
@@ -389,7 +405,9 @@ const MAN_EXIT_STATUS: &str = "\
 The command ran; a command killed by signal \\fIN\\fR makes lockrun end by the same signal.
 .TP
 .B 0
-In the descriptor form: the lock was taken (or released).
+In the descriptor form: the lock was taken (or released). With
+\\fB\\-\\-skip\\-if\\-succeeded\\-within\\fR: the last run succeeded within the period,
+so the command did not run.
 .TP
 .B 75
 The lock was not acquired: held and \\fB\\-n\\fR, or the \\fB\\-w\\fR timeout ran out (EX_TEMPFAIL; \\fB\\-E\\fR changes it). The command did not run.
@@ -447,6 +465,24 @@ Wait at most ten seconds for the lock:
 .RS
 .EX
 lockrun \\-w 10s /run/lock/backup.lock \\-\\- backup.sh \\-\\-full
+.EE
+.RE
+.PP
+Hourly, but at most one successful run in six hours (a failed run does not
+count):
+.PP
+.RS
+.EX
+0 * * * * /usr/bin/lockrun \\-w 30m \\-\\-skip\\-if\\-succeeded\\-within 6h /run/lock/report.lock /usr/local/bin/job.sh
+.EE
+.RE
+.PP
+Two jobs that share a disk and a database, each holding both locks while it
+runs (named in any order: they never deadlock):
+.PP
+.RS
+.EX
+lockrun \\-\\-also /run/lock/db.lock /run/lock/disk.lock \\-\\- backup.sh
 .EE
 .RE
 .PP

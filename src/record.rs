@@ -75,6 +75,11 @@ pub struct Record {
     /// `check --token` compares (a file lock has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<i64>,
+    /// `--also`: the other lock files this run holds with this one (all
+    /// or none), as absolute paths, so that `holder` on any of them names
+    /// the whole set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,6 +187,34 @@ impl Record {
         line.push(b'\n');
         line
     }
+}
+
+/// `--skip-if-succeeded-within WITHIN`: how long ago the run `last`
+/// records ended, if it is a success that ended less than `within` before
+/// `now`. Only a run that lockrun saw end, with status 0 and not stopped at
+/// `--max-time`, counts: a failed or killed run, one still unreleased (its
+/// lockrun died, or `-F` left nobody to record the end), and a record
+/// whose times make no sense here (an end in the future, a clock that went
+/// backwards since, perhaps on another boot) never cause a skip, so that
+/// the worst a doubtful record can do is let the command run once more.
+pub fn succeeded_within(
+    last: &Record,
+    within: std::time::Duration,
+    now: std::time::SystemTime,
+) -> Option<std::time::Duration> {
+    let exit = last.exit.as_ref()?;
+    if exit.code != Some(0) || exit.signal.is_some() || exit.max_time.is_some() {
+        return None;
+    }
+    let time = |text: &Option<String>| humantime::parse_rfc3339_weak(text.as_deref()?).ok();
+    let ended = time(&last.released_at)?;
+    if let Some(began) = time(&last.acquired_at)
+        && began > ended
+    {
+        return None;
+    }
+    let ago = now.duration_since(ended).ok()?;
+    (ago < within).then_some(ago)
 }
 
 /// What `LOCKFILE` holds when it is used with `--slots N`: the N every

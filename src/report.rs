@@ -102,6 +102,7 @@ fn held(report: &Report, path: &str) -> String {
         if let Some(limit) = &record.max_time {
             let _ = write!(text, "\n  {}", stops_at(record, limit));
         }
+        also(&mut text, record, "held together with");
         for other in report.holders.iter().filter(|h| {
             Some(i64::from(h.pid)) != record.pid && Some(i64::from(h.pid)) != record.lockrun_pid
         }) {
@@ -336,6 +337,8 @@ fn free(report: &Report, path: &str) -> String {
         }
         _ => {}
     }
+    let mut set = String::new();
+    also(&mut set, record, "held together with");
     if let Some(exit) = &record.exit {
         let _ = write!(text, ", {}", display::exit(exit));
     } else if !record.is_released() && record.ran_in_place() {
@@ -354,7 +357,18 @@ fn free(report: &Report, path: &str) -> String {
             }
         }
     }
-    text
+    text + &set
+}
+
+/// The rest of an `--also` set the record's run holds (or held) with this
+/// lock, on a line of its own: `holder` on any lock of a set names the
+/// whole set.
+fn also(text: &mut String, record: &Record, words: &str) {
+    let Some(others) = record.also.as_ref().filter(|o| !o.is_empty()) else {
+        return;
+    };
+    let others: Vec<String> = others.iter().map(|o| escape(o)).collect();
+    let _ = write!(text, "\n  {words} {} (--also)", others.join(", "));
 }
 
 /// `pid 4243 \`backup.sh --full\``

@@ -6,7 +6,7 @@
 //!
 //! Each example runs in a directory of its own. Paths that belong to the
 //! system (`/var/lock`, `/run/lock`, `/tmp`, `/usr/local/bin`, `/usr/bin/lockrun`,
-//! `/usr/local/share`) are moved into it, `lockrun` is installed in its
+//! `/usr/local/share`, `/mnt/shared`) are moved into it, `lockrun` is installed in its
 //! `bin/`, and the programs the examples call (`backup.sh`, `make`, `sudo`
 //! ...) are stubs that note that they ran and under which lock. A block
 //! exits 0 unless the line before it says otherwise:
@@ -176,7 +176,7 @@ impl Sandbox {
     fn new() -> Sandbox {
         let dir = temp_dir();
         let path = dir.path();
-        for sub in ["lock", "tmp", "share", "bin", "stubs"] {
+        for sub in ["lock", "tmp", "share", "shared", "bin", "stubs"] {
             std::fs::create_dir(path.join(sub)).unwrap();
         }
         std::os::unix::fs::symlink(bin(), path.join("bin/lockrun")).unwrap();
@@ -214,6 +214,8 @@ impl Sandbox {
             ("/var/lock/", "lock/"),
             ("/run/lock/", "lock/"),
             ("/tmp/", "tmp/"),
+            // A file system several hosts share (the README's jobs).
+            ("/mnt/shared/", "shared/"),
         ];
         let mut out = String::new();
         let mut rest = text;

@@ -3231,3 +3231,111 @@ fn a_slow_link_works_with_a_long_enough_ttl() {
         .assert()
         .code(1);
 }
+
+// --skip-if-succeeded-within on etcd (issue 30, CONTRACT §15): the last
+// holder's record, kept under NAME after its release, is what the next
+// holder goes by.
+
+/// `lockrun --skip-if-succeeded-within 1h URL touch RAN`: its status,
+/// and whether the command ran.
+fn skip_on(url: &str, ran: &Path) -> (Option<i32>, bool) {
+    let _ = std::fs::remove_file(ran);
+    let out = lockrun()
+        .args(["--skip-if-succeeded-within", "1h", url, "touch"])
+        .arg(ran)
+        .output()
+        .expect("run lockrun");
+    (out.status.code(), ran.exists())
+}
+
+#[test]
+fn skip_if_succeeded_within_goes_by_the_record_kept_under_the_name() {
+    let Some(etcd) = Etcd::start() else { return };
+    let url = etcd.url("nightly");
+    let dir = temp_dir();
+    let ran = dir.path().join("ran");
+    // No last record yet: runs.
+    assert_eq!(skip_on(&url, &ran), (Some(0), true));
+    let kept = holder_json_with(&etcd, &url)["record"].clone();
+    assert_eq!(kept["exit"]["code"], 0, "{kept}");
+    // A success just now: skipped, and the kept record is the same.
+    assert_eq!(skip_on(&url, &ran), (Some(0), false));
+    assert_eq!(holder_json_with(&etcd, &url)["record"], kept);
+    // A failure is the last run now: the next one runs.
+    lockrun().args([&url, "false"]).assert().code(1);
+    assert_eq!(skip_on(&url, &ran), (Some(0), true));
+    // Held by another: 75 with -n, whatever the record says.
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    lockrun()
+        .args(["-n", "--skip-if-succeeded-within", "1h", &url, "true"])
+        .assert()
+        .code(75);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // --slots keeps a record per slot: no one last run to go by.
+    lockrun()
+        .args([
+            "--slots",
+            "2",
+            "--skip-if-succeeded-within",
+            "1h",
+            &url,
+            "true",
+        ])
+        .assert()
+        .code(64);
+}
+
+/// Three "hosts" (three processes, each in a UTS namespace of its own
+/// with its own host name, so their records name three hosts) start the
+/// same job on one lock at once: exactly one runs it, the others find its
+/// success under the lock's name and skip.
+#[test]
+fn three_hosts_on_one_etcd_lock_started_at_once_exactly_one_runs() {
+    let Some(etcd) = Etcd::start() else { return };
+    let own_hosts = rustix::process::geteuid().is_root()
+        && Command::new("unshare")
+            .args(["--uts", "sh", "-c", "hostname lockrun-test-host"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !own_hosts {
+        skip("needs root and unshare --uts to give each process a host name of its own");
+        return;
+    }
+    let url = etcd.url("fleet");
+    let dir = temp_dir();
+    let runs = dir.path().join("runs");
+    let hosts: Vec<Background> = (1..=3)
+        .map(|n| {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["--uts", "sh", "-c"])
+                .arg(format!(
+                    "hostname db{n} && exec \"$0\" --skip-if-succeeded-within 1h \"$1\" sh -c 'echo \"$(hostname)\" >> \"$0\"; read x' \"$2\""
+                ))
+                .args([bin(), &url])
+                .arg(&runs);
+            Background::spawn_quiet(cmd)
+        })
+        .collect();
+    let lines = || {
+        std::fs::read_to_string(&runs)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    wait_for("one host to run and two to queue", || {
+        lines() >= 1 && waiting_count(&url) == Some(2)
+    });
+    let mut hosts = hosts;
+    for h in &mut hosts {
+        h.release();
+    }
+    for mut h in hosts {
+        let status = h.wait_exit(BOUND);
+        assert!(status.success(), "{status:?}: {}", h.stderr_text());
+    }
+    let ran = std::fs::read_to_string(&runs).unwrap();
+    assert_eq!(ran.lines().count(), 1, "more than one host ran: {ran}");
+    let record = holder_json_with(&etcd, &url)["record"].clone();
+    assert_eq!(record["host"], ran.trim(), "{record}");
+    assert_eq!(record["exit"]["code"], 0);
+}

@@ -34,7 +34,11 @@ fn any_record() -> impl Strategy<Value = Record> {
             proptest::option::of(any_text()),
             any::<Option<u32>>(),
         ),
-        proptest::option::of(proptest::collection::vec(any_text(), 0..4)),
+        (
+            proptest::option::of(proptest::collection::vec(any_text(), 0..4)),
+            // `also`: the rest of an --also set.
+            proptest::option::of(proptest::collection::vec(any_text(), 0..3)),
+        ),
         (
             proptest::option::of(any_text()),
             proptest::option::of(any_text()),
@@ -51,7 +55,7 @@ fn any_record() -> impl Strategy<Value = Record> {
             |(
                 (pid, pid_start, boot_id, lockrun_pid),
                 (host, user, uid),
-                command,
+                (command, also),
                 (cwd, mode, acquired_at),
                 (released_at, code, signal),
                 fencing_token,
@@ -72,6 +76,7 @@ fn any_record() -> impl Strategy<Value = Record> {
                 pid_ns: None,
                 max_time: None,
                 fencing_token,
+                also,
                 released_at,
                 exit: (code.is_some() || signal.is_some()).then_some(Exit {
                     code,

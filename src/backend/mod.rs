@@ -64,6 +64,22 @@ pub trait Contender {
     fn conflict_held(&mut self) -> String {
         format!("by {}", self.conflict_holder())
     }
+    /// The name, in conflict messages, of the lock that was busy, where
+    /// it is not the run's own label (one lock of an `--also` set).
+    fn busy_label(&self) -> Option<String> {
+        None
+    }
+    /// What a conflict message adds for a lock taken with others (an
+    /// `--also` set): that none of them is held.
+    fn none_held_note(&self) -> Option<String> {
+        None
+    }
+    /// With the lock held: the record the lock's last holder left, for
+    /// `--skip-if-succeeded-within` (only where `Capabilities::last_record`
+    /// says the backend keeps one; `None` when there is none).
+    fn last_record(&mut self) -> Option<Record> {
+        None
+    }
 }
 
 /// Finds the processes, besides the command (its pid is given, to leave
@@ -109,6 +125,10 @@ pub struct RunSettings {
     pub max_time: Option<std::time::Duration>,
     /// After `--max-time` (or a lost lock), SIGKILL this long after SIGTERM.
     pub kill_grace: std::time::Duration,
+    /// `--skip-if-succeeded-within`: once the lock is held, do not run the
+    /// command if the lock's last record is a success that ended less than
+    /// this long ago.
+    pub skip_if_succeeded_within: Option<std::time::Duration>,
 }
 
 /// The run form on a lock URL, as the command line gives it; `U` is the
@@ -166,6 +186,10 @@ pub struct Capabilities {
     pub stays_to: &'static str,
     /// Who wakes a waiter (for `--poll`'s refusal).
     pub woken_by: &'static str,
+    /// `--skip-if-succeeded-within`: the last holder's record outlives the
+    /// release, for the next holder to read ([`Contender::last_record`]).
+    /// Where it does not, why (for the option's refusal).
+    pub last_record: Result<(), &'static str>,
 }
 
 /// What a run form asks of a backend, to be checked against what it can do.
@@ -175,6 +199,8 @@ pub struct Asked {
     pub poll: bool,
     pub byte_ranges: bool,
     pub slots: bool,
+    /// `--skip-if-succeeded-within`.
+    pub skip_recent: bool,
 }
 
 impl Capabilities {
@@ -198,6 +224,17 @@ impl Capabilities {
         }
         if asked.slots && !self.slots {
             return Err(format!("--slots does not apply to {kind} yet"));
+        }
+        if asked.skip_recent && asked.slots {
+            return Err(
+                "--skip-if-succeeded-within cannot be used with --slots: each slot keeps its own record, so there is no one last run of the lock to go by"
+                    .to_owned(),
+            );
+        }
+        if let (true, Err(why)) = (asked.skip_recent, self.last_record) {
+            return Err(format!(
+                "--skip-if-succeeded-within cannot be used with {kind}: {why}"
+            ));
         }
         if asked.poll && !self.poll {
             return Err(format!(
@@ -250,6 +287,16 @@ pub trait Held {
     /// the end. Backends whose record is written by the command's process
     /// ignore the first.
     fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String>;
+    /// More records for the command's process to write before its exec,
+    /// besides the one at [`Held::child_record_fd`], each with its
+    /// descriptor: the other lock files of an `--also` set. `record` is
+    /// the run's, complete but for the command's pid and start time.
+    fn more_child_records(
+        &self,
+        _record: &Record,
+    ) -> Vec<(crate::record::ChildRecord, std::os::fd::RawFd)> {
+        Vec::new()
+    }
     /// The command runs as `pid`: watch the lock on its behalf (a lease),
     /// stopping it through `stop` if the lock is lost.
     fn command_started(&mut self, _pid: i32) {}
@@ -395,6 +442,7 @@ impl Backend for Unbuilt {
         slots: false,
         stays_to: "",
         woken_by: "",
+        last_record: Ok(()),
     };
     fn failure_status(&self) -> u8 {
         match *self {}

@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub exec_in_place: bool,
     /// `--slots N`: at most N holders at once, each in its own slot.
     pub slots: Option<u16>,
+    /// `--also`: more lock files held with `path`, all or none.
+    pub also: Vec<PathBuf>,
     pub settings: RunSettings,
 }
 
@@ -66,6 +68,8 @@ pub struct Flow<'a> {
     pub wait: WaitPolicy,
     pub exec_in_place: bool,
     pub settings: &'a RunSettings,
+    /// The other lock files of an `--also` set, for the record.
+    pub also: Vec<String>,
     /// A lock URL's watchdog (`platform::watchdog`): told the command's
     /// pid, its end, and the lock's connection. Never on a lock file.
     #[cfg(feature = "lock-urls")]
@@ -74,23 +78,15 @@ pub struct Flow<'a> {
 
 /// The run form on a lock file.
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
-    // Only a relative path needs the working directory here (the record
-    // asks for it on its own): one getcwd fewer for /var/lock/x.
-    let lockfile = match opts.path.is_relative() {
-        true => match std::env::current_dir() {
-            Ok(cwd) => cwd.join(&opts.path),
-            Err(_) => opts.path.clone(),
-        },
-        false => opts.path.clone(),
-    };
-    let flow = Flow {
+    let mut flow = Flow {
         label: display::escape(&opts.path.to_string_lossy()),
-        lockfile: lockfile.into_os_string(),
+        lockfile: absolute(&opts.path).into_os_string(),
         lock_url: None,
         mode: opts.mode,
         wait: opts.wait,
         exec_in_place: opts.exec_in_place,
         settings: &opts.settings,
+        also: Vec::new(),
         #[cfg(feature = "lock-urls")]
         watchdog: None,
     };
@@ -103,12 +99,30 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         command: &opts.settings.command,
         waits: !opts.wait.nonblocking && opts.wait.timeout != Some(Duration::ZERO),
     };
+    if !opts.also.is_empty() {
+        let set = crate::backend::file::set::LockSet::open(&opening, &opts.also, absolute)?;
+        flow.also = set.also_of_primary();
+        return run_with(set, &flow);
+    }
     match opts.slots {
         Some(n) => run_with(
             crate::backend::file::slots::SlotsBackend::open(&opening, n)?,
             &flow,
         ),
         None => run_with(crate::backend::file::FileBackend::open(&opening)?, &flow),
+    }
+}
+
+/// `path` as the command's environment and the records name it: only a
+/// relative path needs the working directory (the record asks for it on
+/// its own), so /var/lock/x costs no getcwd.
+fn absolute(path: &std::path::Path) -> PathBuf {
+    match path.is_relative() {
+        true => match std::env::current_dir() {
+            Ok(cwd) => cwd.join(path),
+            Err(_) => path.to_owned(),
+        },
+        false => path.to_owned(),
     }
 }
 
@@ -153,6 +167,18 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         Ok(waited) => waited,
         Err(not) => return not_acquired(backend, not, flow),
     };
+    // Decided here, with the lock held and before anything is written:
+    // no other holder can run or record meanwhile, so of any number of
+    // contenders started together exactly one runs, and a skip leaves
+    // the record as the last run left it, byte for byte.
+    if let Some(within) = flow.settings.skip_if_succeeded_within
+        && let Some(last) = backend.last_record()
+        && let Some(ago) = record::succeeded_within(&last, within, std::time::SystemTime::now())
+    {
+        say_skipped(flow, &last, ago, within, waited);
+        backend.give_up();
+        return Ok(Ending::Status(exit_codes::SKIPPED));
+    }
     let mut held =
         backend.acquired(recording.as_ref().map(|r| &r.record), flow.settings.verbose)?;
     if flow.settings.verbose {
@@ -172,6 +198,12 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     }
 
     let told_by_child = recording.as_ref().and_then(Recording::for_child);
+    // Only with the run's own record written by the command's process:
+    // otherwise lockrun stores them all (`Recording::started`).
+    let more_records = match (&recording, &told_by_child) {
+        (Some(recording), Some(_)) => held.more_child_records(&recording.record),
+        _ => Vec::new(),
+    };
     // Only when a stop may have to find them: one prctl, before the
     // command can fork anything.
     let reap_orphans = held.searches_descendants()
@@ -189,7 +221,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     let link = flow.watchdog.map(platform::Watchdog::child_link);
     #[cfg(not(feature = "lock-urls"))]
     let link = None;
-    let started = start(&command, told_by_child.clone(), &held, link);
+    let started = start(&command, told_by_child.clone(), more_records, &held, link);
     let pid = match started {
         Ok(pid) => pid,
         Err(e) => {
@@ -245,6 +277,44 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     Ok(release(held, flow, pid, stopped).unwrap_or(Ending::of(status)))
 }
 
+/// `--skip-if-succeeded-within`'s one line (unless `-q`); with `-v`, which
+/// run it was and when it ended.
+fn say_skipped(flow: &Flow, last: &Record, ago: Duration, within: Duration, waited: Duration) {
+    if flow.settings.quiet {
+        return;
+    }
+    let window = display::span(within);
+    if !flow.settings.verbose {
+        crate::say!(
+            "lockrun: {}: not running the command: the last run succeeded {} ago (--skip-if-succeeded-within {window})",
+            flow.label,
+            display::span(ago)
+        );
+        return;
+    }
+    let run = match last.pid {
+        Some(pid) => format!("pid {pid} ({})", display::record_command(last)),
+        None => format!("`{}`", display::record_command(last)),
+    };
+    let host = last
+        .host
+        .as_deref()
+        .map(|h| format!(" on {}", display::escape(h)))
+        .unwrap_or_default();
+    let ended = last
+        .released_at
+        .as_deref()
+        .and_then(display::parse_time)
+        .map(display::date_time)
+        .unwrap_or_default();
+    crate::say!(
+        "lockrun: {}: not running the command: the last run, {run}{host}, exited 0 at {ended} ({} ago), within --skip-if-succeeded-within {window}; the lock was taken after {} and let go of, its record left as it was",
+        flow.label,
+        display::span(ago),
+        display::span(waited)
+    );
+}
+
 /// Starts the command, whose own process writes its part of the record
 /// (`child_record`, through the lock file's descriptor) before its exec.
 ///
@@ -256,6 +326,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
 fn start<H: Held>(
     command: &CommandLine,
     child_record: Option<Arc<ChildRecord>>,
+    more_records: Vec<(ChildRecord, std::os::fd::RawFd)>,
     held: &H,
     link: Option<platform::ChildLink>,
 ) -> std::io::Result<i32> {
@@ -274,6 +345,9 @@ fn start<H: Held>(
             if let (Some(child), Some(fd)) = (&child_record, record_fd) {
                 crate::platform::tolerating_file_size_limit(|| {
                     child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd), before);
+                    for (more, fd) in &more_records {
+                        more.write_from_child(std::os::fd::BorrowedFd::borrow_raw(*fd), before);
+                    }
                 });
             }
             if let Some(link) = link {
@@ -330,7 +404,12 @@ fn not_acquired<B: Backend>(
             persona::say_not_acquired(flow.settings.verbose, waited);
             if !flow.settings.quiet {
                 let held = backend.conflict_held();
-                crate::say!("lockrun: {}", display::busy(&flow.label, &held, waited));
+                let label = backend.busy_label().unwrap_or_else(|| flow.label.clone());
+                let busy = display::busy(&label, &held, waited);
+                match backend.none_held_note() {
+                    Some(note) => crate::say!("lockrun: {busy}; {note}"),
+                    None => crate::say!("lockrun: {busy}"),
+                }
             }
             Ok(Ending::Status(flow.settings.conflict_status))
         }
@@ -405,6 +484,9 @@ impl Recording {
         );
         if let Some(limit) = flow.settings.max_time {
             record.max_time = Some(display::span(limit));
+        }
+        if !flow.also.is_empty() {
+            record.also = Some(flow.also.clone());
         }
         let child = (!flow.exec_in_place).then(|| {
             record.acquired_at = Some(record::ACQUIRED_AT_SLOT.to_owned());

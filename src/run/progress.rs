@@ -60,7 +60,8 @@ impl WaitObserver for Progress {
             // The same words as a conflict message: a record names the
             // holder only where the kernel confirms it.
             let held = lock.conflict_held();
-            crate::say!("lockrun: waiting for {}, held {held}", self.label);
+            let label = lock.busy_label().unwrap_or_else(|| self.label.clone());
+            crate::say!("lockrun: waiting for {label}, held {held}");
         }
         if self.is_live() && waited >= Duration::from_secs(1) {
             let stale = self
@@ -83,8 +84,10 @@ impl WaitObserver for Progress {
                 .timeout
                 .map(|t| format!(" / {}", display::span(t)))
                 .unwrap_or_default();
+            // One lock of an `--also` set: the one waited for.
+            let label = lock.busy_label().unwrap_or_else(|| self.label.clone());
             let line = status_line(
-                &self.label,
+                &label,
                 &holder,
                 &format!("{}{limit}", display::span(waited)),
                 terminal_columns(),

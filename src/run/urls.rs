@@ -43,6 +43,7 @@ pub fn run_url<B: crate::backend::Backend, U>(
             },
             exec_in_place: false,
             settings: &opts.settings,
+            also: Vec::new(),
             watchdog: watchdog.as_ref(),
         },
     )

@@ -316,6 +316,30 @@ impl Contender for EtcdBackend {
     fn conflict_holder(&mut self) -> String {
         self.holder().unwrap_or_default()
     }
+
+    /// The last holder's record, which every release stores under NAME
+    /// itself (no lease: it outlives its holder), read with our key first
+    /// in line: no other lockrun can release, and so replace it, until we
+    /// do. What cannot be read (etcd not answering) is no record: the
+    /// command then runs, the safe side of a doubt.
+    fn last_record(&mut self) -> Option<Record> {
+        if self.slots.is_some() {
+            return None;
+        }
+        let deadline = Instant::now() + self.client.call_timeout();
+        match self.client.get(&self.name, deadline) {
+            Ok(kv) => Record::parse(&kv?.value),
+            Err(e) => {
+                if self.verbose {
+                    crate::say!(
+                        "lockrun: could not read the last holder's record of {} ({e}): running the command",
+                        self.label
+                    );
+                }
+                None
+            }
+        }
+    }
 }
 
 impl Backend for EtcdBackend {

@@ -42,6 +42,7 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     slots: true,
     stays_to: "keep the lease alive",
     woken_by: "etcd itself",
+    last_record: Ok(()),
 };
 
 /// Whether this build has lock URLs (the `etcd` cargo feature).

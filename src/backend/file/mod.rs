@@ -5,6 +5,7 @@ pub mod holder;
 /// `holder`/`check` on a lock file; never reached from the run path.
 pub mod inspect;
 pub mod lock;
+pub mod set;
 pub mod slots;
 
 use super::{Backend, Capabilities, Held};
@@ -242,6 +243,16 @@ impl Contender for FileBackend {
     fn conflict_held(&mut self) -> String {
         holder::conflict_held(&self.lock, self.mode, &self.label)
     }
+
+    /// The record as the lock file holds it now that the lock is ours:
+    /// the content `confirm` read (the record's rules read it then anyway),
+    /// or read now. What cannot be read or parsed is no record.
+    fn last_record(&mut self) -> Option<Record> {
+        match &self.content {
+            Some(content) => Record::parse(content),
+            None => Record::parse(&record::read_content(self.lock.file()).ok()?),
+        }
+    }
 }
 
 impl Backend for FileBackend {
@@ -256,6 +267,7 @@ impl Backend for FileBackend {
         slots: false,
         stays_to: "",
         woken_by: "",
+        last_record: Ok(()),
     };
 
     fn failure_status(&self) -> u8 {

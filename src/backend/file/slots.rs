@@ -576,6 +576,9 @@ impl Backend for SlotsBackend {
         slots: true,
         stays_to: "",
         woken_by: "",
+        last_record: Err(
+            "each slot keeps its own record, so there is no one last run of the lock to go by",
+        ),
     };
 
     fn failure_status(&self) -> u8 {

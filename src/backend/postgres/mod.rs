@@ -65,6 +65,9 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     slots: true,
     stays_to: "keep the connection",
     woken_by: "the server itself",
+    last_record: Err(
+        "an advisory lock keeps no record after its release (PostgreSQL has no place for it), so the last run's success cannot be known; use an etcd:// lock or a lock file",
+    ),
 };
 
 /// The longest `--ttl` on a PostgreSQL lock. The session gets
