@@ -65,11 +65,18 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('holder', 'holder', [CompletionResultType]::ParameterValue, 'Who holds each lock now, or held it last (never takes the lock)')
+            [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'Every lock on this host, or the lock files given, one per line (never takes a lock)')
             [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Is the lock held right now? (never takes the lock unless --probe)')
             break
         }
         'lockrun;holder' {
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per path, one per line')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'lockrun;list' {
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per lock, one per line (holder --json''s schema)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break

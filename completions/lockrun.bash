@@ -22,6 +22,9 @@ _lockrun() {
             lockrun,holder)
                 cmd="lockrun__subcmd__holder"
                 ;;
+            lockrun,list)
+                cmd="lockrun__subcmd__list"
+                ;;
             *)
                 ;;
         esac
@@ -29,7 +32,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --forward --quiet --verbose --max-time --kill-grace --slots --also --skip-if-succeeded-within --help --version holder check"
+            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --forward --quiet --verbose --max-time --kill-grace --slots --also --skip-if-succeeded-within --help --version holder list check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -133,6 +136,20 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__holder)
+            opts="-h --json --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lockrun__subcmd__list)
             opts="-h --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

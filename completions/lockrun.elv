@@ -62,10 +62,16 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
             cand holder 'Who holds each lock now, or held it last (never takes the lock)'
+            cand list 'Every lock on this host, or the lock files given, one per line (never takes a lock)'
             cand check 'Is the lock held right now? (never takes the lock unless --probe)'
         }
         &'lockrun;holder'= {
             cand --json 'One JSON object per path, one per line'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'lockrun;list'= {
+            cand --json 'One JSON object per lock, one per line (holder --json''s schema)'
             cand -h 'Print help'
             cand --help 'Print help'
         }

@@ -59,9 +59,12 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Say wh
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "holder" -d 'Who holds each lock now, or held it last (never takes the lock)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'Every lock on this host, or the lock files given, one per line (never takes a lock)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -l json -d 'One JSON object per path, one per line'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -s h -l help -d 'Print help'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'One JSON object per lock, one per line (holder --json\'s schema)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l token -d 'Lock URLs only (shown in builds that have them; see `command_for`)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l json -d 'Print the same JSON object as `holder --json`'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s q -l quiet -d 'Print nothing; answer with the exit status only'

@@ -164,6 +164,7 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
         Invocation::UrlRun(opts) => registry::run(&opts),
         Invocation::Fd(opts) => fd_mode::run(&opts).map(Ending::Status),
         Invocation::Holder { json, targets } => holder(json, &targets).map(Ending::Status),
+        Invocation::List { json, paths } => list(json, &paths).map(Ending::Status),
         Invocation::Check {
             json,
             quiet,
@@ -181,6 +182,33 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
         }
         Invocation::Done => Ok(Ending::Status(0)),
     }
+}
+
+/// `lockrun list`: one line per lock (`--json`: one object per line).
+#[cfg(unix)]
+fn list(json: bool, paths: &[std::path::PathBuf]) -> Result<u8, Failure> {
+    let reports = lockrun::backend::file::inspect::list::list(paths)?;
+    let mut out = std::io::stdout().lock();
+    for found in &reports {
+        let line = if json {
+            lockrun::sanitize::json(found).unwrap_or_default()
+        } else {
+            report::row(found)
+        };
+        writeln!(out, "{line}").map_err(|e| {
+            Failure::new(
+                exit_codes::OS_ERROR,
+                format!("cannot write to standard output: {e}"),
+            )
+        })?;
+    }
+    out.flush().map_err(|e| {
+        Failure::new(
+            exit_codes::OS_ERROR,
+            format!("cannot write to standard output: {e}"),
+        )
+    })?;
+    Ok(0)
 }
 
 #[cfg(unix)]

@@ -6,6 +6,32 @@ use crate::inspect::{Holder, Report, Span, State};
 use crate::record::Record;
 use std::fmt::Write;
 
+/// One line for `lockrun list`: the first line `holder` prints (the
+/// holders themselves when it lists them below), with the waiters' count.
+pub fn row(report: &Report) -> String {
+    let text = human(report);
+    let mut lines = text.lines();
+    let mut line = lines.next().unwrap_or_default().to_owned();
+    // "held (shared) by 2 processes:" lists them on the lines below.
+    if let Some(head) = line.strip_suffix(':') {
+        let each: Vec<&str> = lines
+            .take_while(|l| l.starts_with("  "))
+            .map(str::trim)
+            .collect();
+        line = format!("{head}: {}", each.join("; "));
+    }
+    if report.waiting > 0 {
+        line.push_str(&format!(" [{} waiting]", report.waiting));
+    }
+    if report.state == State::Unknown
+        && let Some(reason) = &report.reason
+        && !line.contains(reason.as_str())
+    {
+        line.push_str(&format!(" ({})", escape(reason)));
+    }
+    line
+}
+
 pub fn human(report: &Report) -> String {
     let path = escape(&report.path);
     if let Some(slots) = &report.slot_reports {

@@ -386,6 +386,73 @@ fn locks_of_ids(text: &str, ids: &[LockId]) -> Vec<Vec<KernelLock>> {
     found
 }
 
+/// Every file the kernel's lock table lists (`lockrun list`), each with
+/// the path some process's descriptor gives it (`None`: no descriptor we
+/// may look at names it, or the file was deleted). A torn table is read
+/// three times and the files of every reading kept. Paths come from one
+/// pass over /proc/*/fd: a descriptor's `stat` is matched against the
+/// table's device and inode, so a file system whose `stat` device differs
+/// from the super block's (a btrfs subvolume) shows no path.
+pub fn locked_files() -> io::Result<Vec<(LockId, Option<std::path::PathBuf>)>> {
+    let mut buf = Vec::new();
+    let mut ids: Vec<LockId> = Vec::new();
+    for _ in 0..TORN_READINGS {
+        let reads = read_whole("/proc/locks", &mut buf)?;
+        for line in String::from_utf8_lossy(&buf)
+            .lines()
+            .filter_map(parse_lock_line)
+        {
+            if !ids.contains(&line.id) {
+                ids.push(line.id);
+            }
+        }
+        if reads <= 1 {
+            break;
+        }
+    }
+    let mut wanted: std::collections::HashMap<LockId, Option<std::path::PathBuf>> =
+        ids.iter().map(|&id| (id, None)).collect();
+    let mut left = wanted.len();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Ok(ids.into_iter().map(|id| (id, None)).collect());
+    };
+    'processes: for proc in procs.flatten() {
+        if left == 0 {
+            break;
+        }
+        let name = proc.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(proc.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(meta) = fs::metadata(fd.path()) else {
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            let id = stat_lock_id(meta.dev(), meta.ino());
+            if let Some(slot @ None) = wanted.get_mut(&id)
+                && let Ok(target) = fs::read_link(fd.path())
+                && !target.to_string_lossy().ends_with(" (deleted)")
+            {
+                *slot = Some(target);
+                left -= 1;
+                if left == 0 {
+                    break 'processes;
+                }
+            }
+        }
+    }
+    Ok(ids
+        .into_iter()
+        .map(|id| (id, wanted.remove(&id).flatten()))
+        .collect())
+}
+
 /// One file's entries from several readings of the table, as one list.
 ///
 /// An entry with a real pid names one lock: a process holds one POSIX

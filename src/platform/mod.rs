@@ -133,7 +133,7 @@ impl LockKind {
 /// block and the inode number the kernel keeps. stat() can say otherwise:
 /// a btrfs subvolume reports an anonymous device of its own, an overlay
 /// can report a layer's device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LockId {
     pub major: u64,
     pub minor: u64,

@@ -265,6 +265,15 @@ pub fn kernel_locks(_id: LockId) -> io::Result<LockTable> {
          (`lockrun check --probe` tries the lock instead)",
     ))
 }
+/// `lockrun list` without arguments: no table to list here.
+pub fn locked_files() -> io::Result<Vec<(LockId, Option<std::path::PathBuf>)>> {
+    kernel_locks(LockId {
+        major: 0,
+        minor: 0,
+        ino: 0,
+    })
+    .map(|_| Vec::new())
+}
 pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
     ids.iter().map(|&id| kernel_locks(id)).collect()
 }

@@ -2,6 +2,8 @@
 //! process's fdinfo, then the record (moved from src/inspect.rs: a
 //! backend's inspection lives in its folder).
 
+/// `lockrun list`.
+pub mod list;
 mod slots;
 
 use crate::exit_codes::{self, Failure};

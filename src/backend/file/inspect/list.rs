@@ -1,0 +1,118 @@
+//! `lockrun list`: every lock on the host, or the lock files given, one
+//! report each (the same [`Report`] `holder` makes, so `--json` has
+//! `holder --json`'s schema, `waiting` included).
+//!
+//! Without arguments the kernel's lock table says which files are locked
+//! (flock, POSIX and OFD alike) and one pass over the processes'
+//! descriptors says where they are; each is then looked at as `holder`
+//! looks at it. A locked file no readable descriptor names (another
+//! user's, without root; a deleted file; a holder in another mount
+//! namespace) is still listed, by device and inode, with the kernel's
+//! holders and the reason its path is unknown. Like `holder`, it never
+//! takes a lock.
+
+use super::inspect;
+use crate::exit_codes::{self, Failure};
+use crate::inspect::{Holder, Report, Span, State};
+use crate::platform::{self, LockId};
+use std::path::{Path, PathBuf};
+
+/// The reports, sorted by path.
+pub fn list(paths: &[PathBuf]) -> Result<Vec<Report>, Failure> {
+    let mut reports = if paths.is_empty() {
+        every_lock()?
+    } else {
+        given(paths)
+    };
+    reports.sort_by(|a, b| a.path.cmp(&b.path));
+    reports.dedup_by(|a, b| a.path == b.path);
+    Ok(reports)
+}
+
+fn every_lock() -> Result<Vec<Report>, Failure> {
+    let files = platform::locked_files().map_err(|e| {
+        Failure::new(
+            exit_codes::UNAVAILABLE,
+            format!("cannot list the locks on this host: {e}"),
+        )
+    })?;
+    Ok(files
+        .into_iter()
+        .map(|(id, path)| match path {
+            Some(path) => report_on(&path),
+            None => nameless(id),
+        })
+        .collect())
+}
+
+/// The lock files named: a directory stands for its regular files (not
+/// those of its subdirectories).
+fn given(paths: &[PathBuf]) -> Vec<Report> {
+    let mut reports = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            reports.push(report_on(path));
+            continue;
+        }
+        match std::fs::read_dir(path) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    if entry.file_type().is_ok_and(|t| t.is_file()) {
+                        reports.push(report_on(&entry.path()));
+                    }
+                }
+            }
+            Err(e) => reports.push(unknown(
+                path.display().to_string(),
+                format!("cannot read the directory: {e}"),
+            )),
+        }
+    }
+    reports
+}
+
+/// `holder`'s report on one file; one it cannot make is `unknown` with
+/// the reason, never left out.
+fn report_on(path: &Path) -> Report {
+    inspect(path, true)
+        .unwrap_or_else(|failure| unknown(path.display().to_string(), failure.to_string()))
+}
+
+fn unknown(path: String, reason: String) -> Report {
+    let mut report = Report::free(path);
+    report.state = State::Unknown;
+    report.reason = Some(reason);
+    report
+}
+
+/// A locked file whose path no descriptor we may read gives: its id, and
+/// what the kernel's table says of it.
+fn nameless(id: LockId) -> Report {
+    let mut report = Report::free(format!(
+        "(unknown path) {:x}:{:x}:{}",
+        id.major, id.minor, id.ino
+    ));
+    report.state = State::Held;
+    report.reason = Some(
+        "no descriptor lockrun may look at names this file (another user's process, without root; a deleted file; another mount namespace)"
+            .to_owned(),
+    );
+    if let Ok(table) = platform::kernel_locks(id) {
+        report.waiting = table.locks.iter().filter(|l| l.waiting).count();
+        report.holders = table
+            .locks
+            .iter()
+            .filter(|l| !l.waiting)
+            .map(|l| Holder {
+                pid: l.pid,
+                mode: l.mode.as_str(),
+                command: (l.pid > 0)
+                    .then(|| platform::process_cmdline(l.pid))
+                    .flatten(),
+                locked_by: None,
+                span: Some(Span::from(l.span)),
+            })
+            .collect();
+    }
+    report
+}
