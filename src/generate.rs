@@ -14,6 +14,8 @@ use crate::registry;
 
 pub use crate::cli::GenerateKind as Kind;
 
+pub mod completion;
+
 /// The text `--generate KIND` prints for this build.
 ///
 /// The default build prints the repository's files, compiled in: they are
@@ -41,7 +43,7 @@ pub fn render(kind: Kind) -> Vec<u8> {
         let mut cmd = cli::command_for(true);
         let mut out = Vec::new();
         clap_complete::generate(shell, &mut cmd, "lockrun", &mut out);
-        out
+        completion::finish(kind, &cmd, out)
     }
     #[cfg(not(feature = "lock-urls"))]
     {
