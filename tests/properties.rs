@@ -69,6 +69,7 @@ fn any_record() -> impl Strategy<Value = Record> {
                 version: None,
                 pid_ns: None,
                 max_time: None,
+                fencing_token: None,
                 released_at,
                 exit: (code.is_some() || signal.is_some()).then_some(Exit {
                     code,
@@ -116,6 +117,7 @@ fn any_report() -> impl Strategy<Value = Report> {
                             command,
                             locked_by,
                             span: span.map(|(kind, start, end)| Span { kind, start, end }),
+                            lock_owner: None,
                         })
                         .collect(),
                     record,
