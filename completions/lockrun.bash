@@ -1,4 +1,4 @@
-_lockrun() {
+_lockrun__clap() {
     local i cur prev opts cmd
     COMPREPLY=()
     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -43,39 +43,66 @@ _lockrun() {
                     return 0
                     ;;
                 --start)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --length)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --fd)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --wait)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 -w)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --poll)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --conflict-exit-code)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 -E)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --command)
@@ -91,15 +118,24 @@ _lockrun() {
                     return 0
                     ;;
                 --max-time)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --kill-grace)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --slots)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 --also)
@@ -125,7 +161,10 @@ _lockrun() {
             fi
             case "${prev}" in
                 --token)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 *)
@@ -164,6 +203,158 @@ _lockrun() {
             return 0
             ;;
     esac
+}
+
+
+# lockrun's own part (src/generate/completion.rs): the function above is
+# clap_complete's, renamed; it completes lockrun's options and their
+# values. This one finds the lock file and hands the command after it, and
+# that command's arguments, to the command's own completion
+# (bash-completion's _command_offset, as sudo, timeout and env do), and
+# offers files for a lock file and for holder and check.
+
+# Whether option word $1 reads the next word as its value. A long option
+# may be an unambiguous prefix (lockrun accepts --time for --timeout); in a
+# cluster of short options (-nw) the first that takes a value takes the
+# rest of the word, or the next word when it is last.
+_lockrun__takes_value() {
+    local word=$1
+    case $word in
+        --?*=*) return 1 ;;
+        --?*)
+            local long=${word#--} name match= n=0
+            for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within help version; do
+                if [[ $name == "$long" ]]; then
+                    match=$name n=1
+                    break
+                fi
+                if [[ $name == "$long"* ]]; then
+                    match=$name
+                    ((n++))
+                fi
+            done
+            ((n == 1)) && [[ " generate start length fd timeout wait poll conflict-exit-code command forward max-time kill-grace slots also skip-if-succeeded-within " == *" $match "* ]]
+            ;;
+        -?*)
+            local rest=${word#-}
+            while [[ -n $rest ]]; do
+                if [[ "wEc" == *"${rest:0:1}"* ]]; then
+                    [[ ${#rest} -eq 1 ]]
+                    return
+                fi
+                rest=${rest:1}
+            done
+            return 1
+            ;;
+        *) return 1 ;;
+    esac
+}
+
+# Files, with bash-completion's quoting where it is loaded.
+_lockrun__files() {
+    if declare -F _filedir >/dev/null; then
+        _filedir
+    else
+        local IFS=$'\n'
+        COMPREPLY=($(compgen -f -- "$1"))
+        compopt -o filenames 2>/dev/null
+    fi
+}
+
+_lockrun() {
+    local cur=${COMP_WORDS[COMP_CWORD]} prev=
+    ((COMP_CWORD > 0)) && prev=${COMP_WORDS[COMP_CWORD - 1]}
+    # bash splits --timeout=5 into "--timeout" "=" "5": after the "=",
+    # clap's function wants the option as the word before.
+    if [[ $prev == = ]] && ((COMP_CWORD > 1)); then
+        _lockrun__clap "$1" "$cur" "${COMP_WORDS[COMP_CWORD - 2]}"
+        return
+    fi
+    [[ $cur == = ]] && cur=
+
+    local i=1 word string= fd= target=
+    while ((i < COMP_CWORD)); do
+        word=${COMP_WORDS[i]}
+        # A subcommand only as the first word (its options come after it).
+        if ((i == 1)) && [[ " holder list check " == *" $word "* ]]; then
+            # Its options (--json, -q) and their values are clap's;
+            # everything else is a lock file.
+            if [[ $cur == -* || " --token " == *" $prev "* ]]; then
+                _lockrun__clap "$@"
+            else
+                _lockrun__files "$cur"
+            fi
+            return
+        fi
+        case $word in
+            --)
+                ((i++))
+                target=$i
+                break
+                ;;
+            -*)
+                [[ " --command -c " == *" $word "* ]] && string=1
+                [[ " --fd " == *" $word "* ]] && fd=1
+                if _lockrun__takes_value "$word"; then
+                    # The value, "=" and all.
+                    ((i++))
+                    [[ ${COMP_WORDS[i]} == = ]] && ((i++))
+                fi
+                ;;
+            *)
+                target=$i
+                break
+                ;;
+        esac
+        ((i++))
+    done
+
+    # Still among lockrun's own options: an option, an option's value, or
+    # the lock file (or, first, a subcommand).
+    if [[ -z $target ]] || ((target >= COMP_CWORD)); then
+        if [[ $cur != -* && " --command -c " == *" $prev "* ]]; then
+            # -c SHELL_COMMAND: it starts with a command name.
+            COMPREPLY=($(compgen -c -- "$cur"))
+        elif [[ $cur == -* ]] || _lockrun__takes_value "$prev"; then
+            _lockrun__clap "$@"
+        elif [[ -n $fd ]]; then
+            # --fd N: no lock file; the command comes first.
+            _lockrun__command "$COMP_CWORD"
+        else
+            _lockrun__files "$cur"
+            if ((COMP_CWORD == 1)); then
+                COMPREPLY+=($(compgen -W "holder list check" -- "$cur"))
+            fi
+        fi
+        return
+    fi
+
+    # With -c the command is a string given to the option; nothing follows
+    # the lock file.
+    if [[ -n $string ]]; then
+        COMPREPLY=()
+        compopt +o default +o bashdefault 2>/dev/null
+        return
+    fi
+    # The command starts after the lock file (an optional "--" between
+    # them), or at once with --fd.
+    local start=$((target + 1))
+    [[ -n $fd ]] && start=$target
+    if [[ ${COMP_WORDS[start]} == -- ]] && ((start < COMP_CWORD)); then
+        ((start++))
+    fi
+    _lockrun__command "$start"
+}
+
+# The command line from word $1 on, by the command's own completion.
+_lockrun__command() {
+    if declare -F _command_offset >/dev/null; then
+        _command_offset "$1"
+    elif (($1 == COMP_CWORD)); then
+        COMPREPLY=($(compgen -c -- "${COMP_WORDS[COMP_CWORD]}"))
+    else
+        _lockrun__files "${COMP_WORDS[COMP_CWORD]}"
+    fi
 }
 
 if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then

@@ -12,7 +12,7 @@ use crate::run::RunOptions;
 use crate::run::fd_mode::FdOptions;
 use crate::run::wait::WaitPolicy;
 use clap::error::ErrorKind;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueHint};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -125,15 +125,16 @@ pub struct RunArgs {
     fcntl: bool,
 
     /// Lock bytes from OFFSET on (implies --fcntl) [default: 0]
-    #[arg(long, value_name = "OFFSET", value_parser = parse_size, allow_negative_numbers = true, help_heading = "Lock")]
+    #[arg(long, value_name = "OFFSET", value_parser = parse_size, value_hint = ValueHint::Other, allow_negative_numbers = true, help_heading = "Lock")]
     start: Option<u64>,
 
     /// Lock N bytes (implies --fcntl); 0 is to the end of the file [default: 0]
-    #[arg(long, value_name = "N", value_parser = parse_size, allow_negative_numbers = true, help_heading = "Lock")]
+    #[arg(long, value_name = "N", value_parser = parse_size, value_hint = ValueHint::Other, allow_negative_numbers = true, help_heading = "Lock")]
     length: Option<u64>,
 
     /// Lock the inherited descriptor FD, then run COMMAND
     #[arg(long, value_name = "FD", value_parser = clap::value_parser!(i32).range(0..), allow_negative_numbers = true,
+          value_hint = ValueHint::Other,
           help_heading = "Lock")]
     fd: Option<i32>,
 
@@ -143,11 +144,11 @@ pub struct RunArgs {
 
     /// Wait at most DURATION (10s, 1m30s, 250ms, or seconds like 0.5; at most 100 years); 0 is -n [default: wait for ever]
     #[arg(short = 'w', long = "timeout", visible_alias = "wait", value_name = "DURATION", allow_negative_numbers = true,
-          value_parser = parse_duration, help_heading = "Waiting")]
+          value_parser = parse_duration, value_hint = ValueHint::Other, help_heading = "Waiting")]
     timeout: Option<Duration>,
 
     /// Retry every INTERVAL (at least 1ms) instead of a blocking kernel wait
-    #[arg(long, value_name = "INTERVAL", value_parser = parse_poll, allow_negative_numbers = true, help_heading = "Waiting")]
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_poll, value_hint = ValueHint::Other, allow_negative_numbers = true, help_heading = "Waiting")]
     poll: Option<Duration>,
 
     /// Exit status when the lock is not acquired [default: 75; 1 in fd mode and as flock]
@@ -155,6 +156,7 @@ pub struct RunArgs {
         short = 'E',
         long = "conflict-exit-code",
         value_name = "N",
+        value_hint = ValueHint::Other,
         help_heading = "Waiting"
     )]
     conflict_exit_code: Option<u8>,
@@ -164,6 +166,7 @@ pub struct RunArgs {
         short = 'c',
         long = "command",
         value_name = "SHELL_COMMAND",
+        value_hint = ValueHint::CommandString,
         help_heading = "Command"
     )]
     shell_command: Option<OsString>,
@@ -200,15 +203,15 @@ pub struct RunArgs {
 
     /// Stop the command, and every process holding the lock through it, after DURATION (SIGTERM,
     /// then SIGKILL after --kill-grace); exit 124
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other, help_heading = "Command")]
     max_time: Option<Duration>,
 
     /// After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other, help_heading = "Command")]
     kill_grace: Option<Duration>,
 
     /// Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::backend::file::slots::MAX_SLOTS)), help_heading = "Lock")]
+    #[arg(long, value_name = "N", value_hint = ValueHint::Other, value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::backend::file::slots::MAX_SLOTS)), help_heading = "Lock")]
     slots: Option<u16>,
 
     /// Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one
@@ -223,11 +226,12 @@ pub struct RunArgs {
     skip_if_succeeded_within: Option<Duration>,
 
     /// Lock file (created if missing, never deleted), a directory, or an open FD number
-    #[arg(value_name = "LOCKFILE", index = 1, value_parser = clap::value_parser!(OsString))]
+    #[arg(value_name = "LOCKFILE", index = 1, value_hint = ValueHint::FilePath, value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
 
     /// The command and its arguments; everything from here on is the command's
     #[arg(value_name = "COMMAND", index = 2, trailing_var_arg = true, allow_hyphen_values = true,
+          value_hint = ValueHint::CommandWithArguments,
           value_parser = clap::value_parser!(OsString))]
     command: Vec<OsString>,
 }
@@ -238,7 +242,7 @@ pub struct RunArgs {
 // become help text).
 #[derive(Debug, Args, PartialEq, Default)]
 pub struct LeaseArgs {
-    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, help_heading = "Lock URLs")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, value_hint = ValueHint::Other, help_heading = "Lock URLs")]
     ttl: Option<Duration>,
 }
 
@@ -256,7 +260,7 @@ pub enum Inspect {
         #[arg(long)]
         json: bool,
         /// Lock files to report on (a missing file is reported as free)
-        #[arg(value_name = "LOCKFILE", required = true)]
+        #[arg(value_name = "LOCKFILE", required = true, value_hint = ValueHint::FilePath)]
         paths: Vec<PathBuf>,
     },
     /// Every lock on this host, or the lock files given, one per line (never takes a lock)
@@ -294,10 +298,10 @@ pub enum Inspect {
         #[arg(long)]
         probe: bool,
         /// Lock URLs only (shown in builds that have them; see `command_for`)
-        #[arg(long, value_name = "T", allow_negative_numbers = true, hide = true)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, hide = true, value_hint = ValueHint::Other)]
         token: Option<i64>,
         /// The lock file to look at
-        #[arg(value_name = "LOCKFILE")]
+        #[arg(value_name = "LOCKFILE", value_hint = ValueHint::FilePath)]
         path: PathBuf,
     },
 }

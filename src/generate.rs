@@ -14,6 +14,8 @@ use crate::registry;
 
 pub use crate::cli::GenerateKind as Kind;
 
+pub mod completion;
+
 /// The text `--generate KIND` prints for this build.
 ///
 /// The default build prints the repository's files, compiled in: they are
@@ -41,7 +43,7 @@ pub fn render(kind: Kind) -> Vec<u8> {
         let mut cmd = cli::command_for(true);
         let mut out = Vec::new();
         clap_complete::generate(shell, &mut cmd, "lockrun", &mut out);
-        out
+        completion::finish(kind, &cmd, out)
     }
     #[cfg(not(feature = "lock-urls"))]
     {
@@ -310,10 +312,23 @@ it exits, and when the last holder dies, for whatever reason, the kernel
 releases the lock. There is no stale lock to clean up after a crash.
 .PP
 The lock file is created if it does not exist (mode 0666 minus the umask; its
-directory must exist) and is never deleted, renamed or truncated: the inode is
+directory must exist) and is never deleted, renamed or replaced: the inode is
 the lock. \\fILOCKFILE\\fR may be a directory, which is locked as it is. A
 symbolic link in the last component, a FIFO, a socket or a device is refused
 without being opened.
+.PP
+lockrun writes into the lock file only its own holder record, and only when
+the file is empty or already holds a lockrun record (an earlier run's); not
+with \\fB\\-s\\fR, \\fB\\-\\-no\\-record\\fR, a byte range, a directory or a file with
+more than one name, nor, under the name flock, into an empty file it did not
+create. Each write replaces that record and cuts the file to the
+new record's length
+.RB ( ftruncate (2)),
+which removes only the rest of the record it replaced (after a failed write,
+the whole of it). Any other content, the
+file's own data or what the command wrote into it, is never written over nor
+truncated: the release record is written only while the file still holds, byte
+for byte, the record this run wrote.
 .PP
 By default lockrun waits, in the kernel, until the lock is free; \\fB\\-n\\fR
 gives up at once and \\fB\\-w\\fR after a while, and then lockrun exits 75 (see

@@ -80,6 +80,7 @@ impl Holder {
             command: record.command.clone(),
             locked_by: None,
             span: None,
+            lock_owner: None,
         })
     }
 }
@@ -178,6 +179,13 @@ pub struct Holder {
     /// in JSON). Absent for a lock URL.
     #[serde(flatten)]
     pub span: Option<Span>,
+    /// The pid the kernel names as having taken this holder's lock (its
+    /// descriptor's fdinfo), where it says: processes with the same one
+    /// hold one lock through one open file description (`lockrun -s` and
+    /// its command), so the human output lists them as one holder. Not in
+    /// the JSON, which lists every process as before.
+    #[serde(skip)]
+    pub lock_owner: Option<i32>,
 }
 
 /// A file lock's kind and byte range, as --json shows them.

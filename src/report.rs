@@ -157,14 +157,25 @@ fn held(report: &Report, path: &str) -> String {
             text
         }
         many => {
-            let mut text = format!(
-                "{path}: held ({mode}) by {}:",
-                plural(many.len(), "process", "processes")
-            );
-            for holder in many {
-                let _ = write!(text, "\n  {}", process(holder));
+            let many: Vec<&Holder> = many.iter().collect();
+            let locks = by_descriptor(&many);
+            if let [one] = locks.as_slice()
+                && let Some((first, rest)) = one.split_first()
+            {
+                // One shared lock, its descriptor inherited: one holder.
+                let mut text = format!("{path}: held ({mode}) by {}", process(first));
+                for other in rest {
+                    let _ = write!(text, "\n  also held through {}", process(other));
+                }
+                text
+            } else {
+                let mut text = format!(
+                    "{path}: held ({mode}) by {}:",
+                    plural(locks.len(), "process", "processes")
+                );
+                list_by_descriptor(&mut text, &locks, "\n  ", process);
+                text
             }
-            text
         }
     };
     record_note(report, &mut text);
@@ -230,6 +241,54 @@ fn separate_locks(holders: &[Holder]) -> Vec<Vec<&Holder>> {
     locks
 }
 
+/// The holders of one shared lock, one group per lock taken: the kernel
+/// keeps one lock per open file description, and every process holding
+/// that description (`lockrun -s` and the command it started, which
+/// inherits the descriptor) holds that one lock, not one more. Counted
+/// and listed by process, two `lockrun -s` showed as four holders. A group
+/// starts with the process that took the lock, when it still holds it.
+/// Holders the kernel names no taker for are each their own group.
+fn by_descriptor<'a>(holders: &[&'a Holder]) -> Vec<Vec<&'a Holder>> {
+    let mut groups: Vec<Vec<&Holder>> = Vec::new();
+    for &holder in holders {
+        let same = |group: &&mut Vec<&Holder>| {
+            holder.lock_owner.is_some()
+                && group
+                    .first()
+                    .is_some_and(|g| g.lock_owner == holder.lock_owner)
+        };
+        match groups.iter_mut().find(same) {
+            Some(group) => group.push(holder),
+            None => groups.push(vec![holder]),
+        }
+    }
+    for group in &mut groups {
+        if let Some(at) = group.iter().position(|h| h.lock_owner == Some(h.pid)) {
+            group[..=at].rotate_right(1);
+        }
+    }
+    groups
+}
+
+/// Each lock of [`by_descriptor`] on a line, the processes that hold it
+/// through an inherited descriptor under it.
+fn list_by_descriptor(
+    text: &mut String,
+    locks: &[Vec<&Holder>],
+    indent: &str,
+    describe: fn(&Holder) -> String,
+) {
+    for lock in locks {
+        let Some((first, rest)) = lock.split_first() else {
+            continue;
+        };
+        let _ = write!(text, "{indent}{}", describe(first));
+        for other in rest {
+            let _ = write!(text, "{indent}  also held through {}", describe(other));
+        }
+    }
+}
+
 /// Several locks on one file (byte ranges, or locks of different kinds):
 /// one block per lock, each with its kind, range and mode, and the record
 /// only under the lock its holder holds.
@@ -259,14 +318,23 @@ fn held_by_several(report: &Report, path: &str, locks: &[Vec<&Holder>]) -> Strin
             continue;
         }
         match (mode, lock.as_slice()) {
-            ("shared", many @ [_, _, ..]) => {
+            ("shared", many @ [_, _, ..]) if by_descriptor(many).len() > 1 => {
+                let locks = by_descriptor(many);
                 let _ = write!(
                     text,
                     "\n  {what} ({mode}) by {}:",
-                    plural(many.len(), "process", "processes")
+                    plural(locks.len(), "process", "processes")
                 );
-                for holder in many {
-                    let _ = write!(text, "\n    {}", process_only(holder));
+                list_by_descriptor(&mut text, &locks, "\n    ", process_only);
+            }
+            ("shared", many @ [_, _, ..]) => {
+                // One shared lock, its descriptor inherited: one holder.
+                let locks = by_descriptor(many);
+                for (first, rest) in locks.iter().filter_map(|lock| lock.split_first()) {
+                    let _ = write!(text, "\n  {what} ({mode}): {}", process_only(first));
+                    for other in rest {
+                        let _ = write!(text, "\n    also held through {}", process_only(other));
+                    }
                 }
             }
             (_, [first, rest @ ..]) => {

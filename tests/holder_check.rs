@@ -286,18 +286,35 @@ fn only_the_holder_whose_caller_is_gone_inherited_the_lock() {
     kill(orphan, "KILL");
 }
 
+/// Two `lockrun -s` are two holders, not four (issue 32, item 5): each
+/// one's command holds the lock through the descriptor it inherited, the
+/// same open file description and so the same lock, and is listed under
+/// its lockrun. The JSON still lists every process.
 #[test]
-fn holder_lists_every_shared_holder() {
+fn holder_lists_every_shared_holder_once_with_its_command_under_it() {
     let dir = temp_dir();
     let lock = lock_in(&dir);
-    let (_a, a) = Background::lockrun_holding(&["-s"], &lock, "echo ready $$; exec sleep 60");
-    let (_b, b) = Background::lockrun_holding(&["-s"], &lock, "echo ready $$; exec sleep 60");
+    let (bg_a, a) = Background::lockrun_holding(&["-s"], &lock, "echo ready $$; exec sleep 60");
+    let (bg_b, b) = Background::lockrun_holding(&["-s"], &lock, "echo ready $$; exec sleep 60");
     wait_exec(&a[0], "sleep");
     wait_exec(&b[0], "sleep");
     let text = holder_text(&lock);
-    assert!(text.contains("held (shared) by 4 processes:"), "{text}");
-    assert!(text.contains(&format!("pid {} `sleep 60`", a[0])), "{text}");
-    assert!(text.contains(&format!("pid {} `sleep 60`", b[0])), "{text}");
+    assert!(text.contains("held (shared) by 2 processes:"), "{text}");
+    for (lockrun_pid, sleep_pid) in [(bg_a.pid(), &a[0]), (bg_b.pid(), &b[0])] {
+        let holder = format!("\n  pid {lockrun_pid} `");
+        let command = format!("\n    also held through pid {sleep_pid} `sleep 60`");
+        let at = text
+            .find(&holder)
+            .unwrap_or_else(|| panic!("{holder:?} not in {text}"));
+        let under = text[at + 1..].find(&command).map(|c| c + at + 1);
+        // Right under its own lockrun, before the next holder.
+        let next = text[at + 1..].find("\n  pid ").map(|n| n + at + 1);
+        assert!(
+            under.is_some() && (next.is_none() || under < next),
+            "pid {sleep_pid} not listed under its lockrun {lockrun_pid}: {text}"
+        );
+    }
+    assert_eq!(text.matches("pid ").count(), 4, "{text}");
     let json = holder_json(&lock);
     assert_eq!(json["holders"].as_array().unwrap().len(), 4);
     assert!(
@@ -307,6 +324,26 @@ fn holder_lists_every_shared_holder() {
             .iter()
             .all(|h| h["mode"] == "shared")
     );
+}
+
+/// One `lockrun -s` and its command: one holder, its command held
+/// through it, not "held (shared) by 2 processes".
+#[test]
+fn one_shared_lockrun_and_its_command_are_one_holder() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let (bg, a) = Background::lockrun_holding(&["-s"], &lock, "echo ready $$; exec sleep 60");
+    wait_exec(&a[0], "sleep");
+    let text = holder_text(&lock);
+    assert!(
+        text.contains(&format!("held (shared) by pid {} `", bg.pid())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("\n  also held through pid {} `sleep 60`", a[0])),
+        "{text}"
+    );
+    assert!(!text.contains("processes"), "{text}");
 }
 
 #[test]

@@ -124,6 +124,7 @@ fn any_report() -> impl Strategy<Value = Report> {
                             command,
                             locked_by,
                             span: span.map(|(kind, start, end)| Span { kind, start, end }),
+                            lock_owner: None,
                         })
                         .collect(),
                     record,

@@ -391,6 +391,37 @@ fn verbose_names_the_slot_and_the_holders_while_waiting() {
     assert!(err.contains("took slot 1 of 1"), "{err}");
 }
 
+/// `-v` names the lock it took: with `--slots`, the slot's file, not
+/// LOCKFILE (issue 32, item 5).
+#[test]
+fn verbose_names_the_slot_file_it_holds() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let out = lockrun()
+        .args(["-v", "--slots", "2"])
+        .arg(&lock)
+        .arg("true")
+        .output()
+        .expect("run lockrun");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let slot = slot_file(&lock, 1);
+    assert!(
+        err.contains(&format!(
+            "took the exclusive lock on {} after",
+            slot.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains(&format!(
+            "took the exclusive lock on {} after",
+            lock.display()
+        )),
+        "{err}"
+    );
+}
+
 /// How many threads `pid` has: the head of the queue has one per slot.
 fn threads(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))

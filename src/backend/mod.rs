@@ -278,6 +278,11 @@ pub trait Held {
     fn fencing_token(&self) -> Option<i64> {
         None
     }
+    /// The lock actually held, where it is not the one the user named:
+    /// with `--slots`, a slot's file. `-v` names it.
+    fn held_label(&self) -> Option<&str> {
+        None
+    }
     /// Where the command's own process writes the record before it execs,
     /// when the record lives in the lock file.
     fn child_record_fd(&self) -> Option<BorrowedFd<'_>> {

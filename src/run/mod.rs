@@ -182,7 +182,9 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     let mut held =
         backend.acquired(recording.as_ref().map(|r| &r.record), flow.settings.verbose)?;
     if flow.settings.verbose {
-        persona::say_acquired(flow.mode, &flow.label, waited);
+        // With --slots the lock held is a slot's file, not LOCKFILE.
+        let label = held.held_label().unwrap_or(&flow.label);
+        persona::say_acquired(flow.mode, label, waited);
         persona::say_executing(command.program());
     }
     let extra = held.env();

@@ -33,7 +33,16 @@ pub fn completion(shell: Shell, with_etcd: bool) -> Vec<u8> {
     let mut cmd = lockrun::cli::command_for(with_etcd);
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut cmd, BIN_NAME, &mut script);
-    script
+    // lockrun's wrapper around clap's script (the command after the lock
+    // file completes as that command), as `--generate` writes it.
+    let kind = match shell {
+        Shell::Bash => lockrun::generate::Kind::CompleteBash,
+        Shell::Zsh => lockrun::generate::Kind::CompleteZsh,
+        Shell::Fish => lockrun::generate::Kind::CompleteFish,
+        Shell::Elvish => lockrun::generate::Kind::CompleteElvish,
+        _ => lockrun::generate::Kind::CompletePowershell,
+    };
+    lockrun::generate::completion::finish(kind, &cmd, script)
 }
 
 /// The file a shell's completions are committed as.

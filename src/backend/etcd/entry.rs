@@ -18,23 +18,23 @@ pub type Url = EtcdUrl;
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct Args {
     /// etcd lock URL only: verify the server's certificate with this CA (TLS; default: the system's roots)
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "etcd")]
     cacert: Option<PathBuf>,
 
     /// etcd lock URL only: client certificate (TLS), with --key
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "etcd")]
     cert: Option<PathBuf>,
 
     /// etcd lock URL only: the client certificate's private key
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "etcd")]
     key: Option<PathBuf>,
 
     /// etcd lock URL only: authenticate as NAME (password from LOCKRUN_ETCD_PASSWORD or --password-file)
-    #[arg(long, value_name = "NAME", help_heading = "etcd")]
+    #[arg(long, value_name = "NAME", value_hint = clap::ValueHint::Other, help_heading = "etcd")]
     user: Option<String>,
 
     /// etcd lock URL only: read the --user password from FILE (first line)
-    #[arg(long, value_name = "FILE", help_heading = "etcd")]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "etcd")]
     password_file: Option<PathBuf>,
 }
 

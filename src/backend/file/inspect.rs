@@ -320,7 +320,15 @@ fn held_via(mut report: Report, found: Vec<FdHolder>) -> Report {
     report.state = State::Held;
     report.holders = found
         .iter()
-        .map(|h| describe(h.pid, h.mode, None, h.span))
+        .map(|h| {
+            describe(
+                h.pid,
+                h.mode,
+                None,
+                h.span,
+                (h.caller > 0).then_some(h.caller),
+            )
+        })
         .collect();
     report
 }
@@ -464,7 +472,7 @@ fn holders(fd_holders: Vec<FdHolder>, held: &[&KernelLock]) -> Vec<Holder> {
         return held
             .iter()
             .filter(|l| l.pid > 0)
-            .map(|l| describe(l.pid, l.mode, None, l.span))
+            .map(|l| describe(l.pid, l.mode, None, l.span, None))
             .collect();
     }
     // A holder whose lock was taken by a process that no longer holds it
@@ -476,18 +484,34 @@ fn holders(fd_holders: Vec<FdHolder>, held: &[&KernelLock]) -> Vec<Holder> {
             let caller_gone = h.caller > 0
                 && h.caller != h.pid
                 && !fd_holders.iter().any(|other| other.pid == h.caller);
-            describe(h.pid, h.mode, caller_gone.then_some(h.caller), h.span)
+            // The caller is 0 or -1 where the kernel does not name one
+            // (another PID namespace, an OFD lock): each its own holder.
+            let owner = (h.caller > 0).then_some(h.caller);
+            describe(
+                h.pid,
+                h.mode,
+                caller_gone.then_some(h.caller),
+                h.span,
+                owner,
+            )
         })
         .collect()
 }
 
-fn describe(pid: i32, mode: LockMode, locked_by: Option<i32>, span: LockSpan) -> Holder {
+fn describe(
+    pid: i32,
+    mode: LockMode,
+    locked_by: Option<i32>,
+    span: LockSpan,
+    lock_owner: Option<i32>,
+) -> Holder {
     Holder {
         pid,
         mode: mode.as_str(),
         command: platform::process_cmdline(pid),
         locked_by,
         span: Some(span.into()),
+        lock_owner,
     }
 }
 

@@ -637,6 +637,10 @@ impl Held for SlotHeld {
         vec![("LOCKRUN_SLOT", OsString::from(self.slot.to_string()))]
     }
 
+    fn held_label(&self) -> Option<&str> {
+        Some(&self.held.label)
+    }
+
     fn child_record_fd(&self) -> Option<BorrowedFd<'_>> {
         self.held.child_record_fd()
     }

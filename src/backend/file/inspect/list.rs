@@ -110,6 +110,7 @@ fn nameless(id: LockId) -> Report {
                     .then(|| platform::process_cmdline(l.pid))
                     .flatten(),
                 locked_by: None,
+                lock_owner: None,
                 span: Some(Span::from(l.span)),
             })
             .collect();
