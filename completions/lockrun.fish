@@ -46,8 +46,8 @@ never\t'None: the supervisor signals every process itself'"
 complete -c lockrun -n "__fish_lockrun_needs_command" -l max-time -d 'Stop the command, and every process holding the lock through it, after DURATION (SIGTERM, then SIGKILL after --kill-grace); exit 124' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'After --max-time (or a lost lock URL), SIGKILL this long after SIGTERM [default: 5s]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l slots -d 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)' -r -f
-complete -c lockrun -n "__fish_lockrun_needs_command" -l also -d 'Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one order (device, then inode) so that lockruns naming them in any order never deadlock' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l skip-if-succeeded-within -d 'Do not run the command if the last run under this lock exited 0 less than DURATION ago (decided under the lock, from its record; exit 0)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l also -d 'Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one order (device, then inode) so that lockruns naming them in any order never deadlock' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l skip-if-succeeded-within -d 'Do not run the command if the last run under this lock exited 0 less than DURATION ago (decided under the lock, from its record; exit 0)' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -s x -s e -l exclusive -d 'Exclusive lock (the default)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s s -l shared -d 'Shared lock: many holders at once, no exclusive holder'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s u -l unlock -d 'Release the lock on FD (with a LOCKFILE and COMMAND, as flock(1): run it holding nothing)'

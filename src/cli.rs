@@ -217,12 +217,14 @@ pub struct RunArgs {
     /// Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one
     /// order (device, then inode) so that lockruns naming them in any order never deadlock
     #[arg(long, value_name = "LOCKFILE", action = clap::ArgAction::Append,
-          value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
+          value_parser = clap::value_parser!(OsString), value_hint = ValueHint::FilePath,
+          help_heading = "Lock")]
     also: Vec<OsString>,
 
     /// Do not run the command if the last run under this lock exited 0 less than DURATION ago
     /// (decided under the lock, from its record; exit 0)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other,
+          help_heading = "Command")]
     skip_if_succeeded_within: Option<Duration>,
 
     /// Lock file (created if missing, never deleted), a directory, or an open FD number
@@ -1153,6 +1155,19 @@ fn run_invocation(
     if args.slots.is_some() && args.skip_if_succeeded_within.is_some() {
         return Err(usage(
             "--skip-if-succeeded-within cannot be used with --slots: each slot keeps its own record, so there is no one last run of the lock to go by",
+        ));
+    }
+    // The rule is "exactly one of the contenders runs, decided from the
+    // record under the lock": shared holders run side by side, and a run
+    // without a record would leave the next one nothing to go by.
+    if args.skip_if_succeeded_within.is_some() && mode == LockMode::Shared {
+        return Err(usage(
+            "--skip-if-succeeded-within cannot be used with -s: shared holders run at the same time, so the last run cannot decide for them; take the lock exclusively",
+        ));
+    }
+    if args.skip_if_succeeded_within.is_some() && args.no_record {
+        return Err(usage(
+            "--skip-if-succeeded-within cannot be used with --no-record: it goes by the record the last run left",
         ));
     }
     if args.no_fork && !args.also.is_empty() {

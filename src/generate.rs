@@ -290,6 +290,9 @@ const MAN_SYNOPSIS: &str = "\
 .B lockrun check
 [\\fB\\-\\-json\\fR] [\\fB\\-q\\fR] [\\fB\\-\\-probe\\fR] \\fILOCKFILE\\fR
 .br
+.B lockrun list
+[\\fB\\-\\-json\\fR] [\\fIDIR\\fR|\\fILOCKFILE\\fR]...
+.br
 .B lockrun \\-\\-generate
 \\fIKIND\\fR
 ";
@@ -357,7 +360,10 @@ the kernel's lock table and the record and never take the lock (but
 .BR lockrun\\-holder (1)
 and
 .BR lockrun\\-check (1).
-A lock file literally named \\fBholder\\fR or \\fBcheck\\fR in the current
+.B lockrun list
+lists every lock in the kernel's table (or the lock files and directories
+given), one line each, with the same reports.
+A lock file literally named \\fBholder\\fR, \\fBcheck\\fR or \\fBlist\\fR in the current
 directory is written \\fB./holder\\fR.
 .SS Descriptor forms
 With a lone number \\fIFD\\fR in place of \\fILOCKFILE\\fR and no command, lockrun

@@ -19,11 +19,20 @@ pub fn row(report: &Report) -> String {
             .map(str::trim)
             .collect();
         line = format!("{head}: {}", each.join("; "));
+    } else {
+        // Since when, and when --max-time stops it: on the lines below.
+        for more in lines.filter(|l| {
+            let l = l.trim_start();
+            l.starts_with("since ") || l.starts_with("stops at ") || l.contains("(--max-time ")
+        }) {
+            line.push_str(", ");
+            line.push_str(more.trim().trim_end_matches(','));
+        }
     }
     if report.waiting > 0 {
         line.push_str(&format!(" [{} waiting]", report.waiting));
     }
-    if report.state == State::Unknown
+    if (report.state == State::Unknown || report.path.starts_with("(unknown path)"))
         && let Some(reason) = &report.reason
         && !line.contains(reason.as_str())
     {

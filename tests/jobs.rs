@@ -727,6 +727,22 @@ fn skip_usage_errors_say_why() {
             vec!["--skip-if-succeeded-within", "soon", lock, "true"],
             "soon",
         ),
+        // Shared holders run side by side; no record, nothing to go by
+        // (the review of 2026-12-03: both were accepted).
+        (
+            vec!["--skip-if-succeeded-within", "1h", "-s", lock, "true"],
+            "-s",
+        ),
+        (
+            vec![
+                "--skip-if-succeeded-within",
+                "1h",
+                "--no-record",
+                lock,
+                "true",
+            ],
+            "--no-record",
+        ),
     ] {
         let out = lockrun().args(&args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

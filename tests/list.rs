@@ -176,3 +176,69 @@ fn an_unreadable_directory_is_an_unknown_row_with_the_reason() {
         "{text}"
     );
 }
+
+/// A row says since when, and when `--max-time` stops the command (§16).
+#[test]
+fn a_row_says_since_when_and_the_max_time_deadline() {
+    let dir = temp_dir();
+    let lock = dir.path().join("timed.lock");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--max-time", "1h"], &lock, "echo ready; read x");
+    let (rows, _) = list(&[&lock.display().to_string()]);
+    let row = row_of(&rows, &lock);
+    assert!(
+        row.contains(", since ") && row.contains("(--max-time 1h)"),
+        "{row}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+/// A holder in a mount namespace of its own: its descriptor's path names
+/// no file here (or another one), so the row is `(unknown path)` and held,
+/// never the file of that name here reported free (found by review: the
+/// row said "free").
+#[test]
+fn a_holder_in_another_mount_namespace_is_held_by_device_and_inode() {
+    if !rustix::process::geteuid().is_root() || !needs("unshare", "util-linux unshare(1)") {
+        return;
+    }
+    let dir = temp_dir();
+    let shadow = dir.path().join("shadow");
+    std::fs::create_dir(&shadow).expect("a mount point");
+    let lock = shadow.join("job.lock");
+    // The same name here, free: what a wrong row would report on.
+    std::fs::write(&lock, b"").expect("the host's file of that name");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c"]).arg(format!(
+        "mount -t tmpfs none '{d}' && exec '{bin}' '{l}' -- sh -c 'echo ready; read x'",
+        d = shadow.display(),
+        bin = bin(),
+        l = lock.display()
+    ));
+    let mut holder = Background::spawn(cmd);
+    holder.expect_ready();
+    let (rows, objects) = list(&[]);
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r.starts_with(&format!("{}: ", lock.display()))),
+        "{rows:#?}"
+    );
+    let nameless: Vec<&serde_json::Value> = objects
+        .iter()
+        .filter(|o| {
+            o["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("(unknown path)"))
+                && o["holders"].as_array().is_some_and(|h| {
+                    h.iter()
+                        .any(|h| h["command"].to_string().contains("job.lock"))
+                })
+        })
+        .collect();
+    assert_eq!(nameless.len(), 1, "{rows:#?}");
+    assert_eq!(nameless[0]["state"], "held");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}

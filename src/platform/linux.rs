@@ -435,9 +435,15 @@ pub fn locked_files() -> io::Result<Vec<(LockId, Option<std::path::PathBuf>)>> {
                 continue;
             }
             let id = stat_lock_id(meta.dev(), meta.ino());
+            // The link names the file in the holder's mount namespace:
+            // only a path that leads to the same file here is its path (a
+            // holder in a namespace of its own would otherwise lend its
+            // lock's name to whatever file has that name here, or none,
+            // and the row would say "free").
             if let Some(slot @ None) = wanted.get_mut(&id)
                 && let Ok(target) = fs::read_link(fd.path())
-                && !target.to_string_lossy().ends_with(" (deleted)")
+                && fs::metadata(&target)
+                    .is_ok_and(|here| here.dev() == meta.dev() && here.ino() == meta.ino())
             {
                 *slot = Some(target);
                 left -= 1;
