@@ -227,6 +227,7 @@ macro_rules! lock_urls {
 lock_urls! {
     Etcd => etcd,
     Postgres => postgres,
+    Redis => redis,
 }
 
 /// Why a lock URL's run form is refused: a usage error the command line

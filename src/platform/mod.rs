@@ -38,7 +38,7 @@ mod spawn;
 mod threads;
 // Only lock URLs start a watchdog; its pid is asked for on every build.
 #[cfg(unix)]
-#[cfg_attr(not(any(feature = "etcd", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(not(feature = "lock-urls"), allow(dead_code))]
 mod watchdog;
 #[cfg(unix)]
 pub use files::{NotRead, file_kind, open_regular, read_regular};
@@ -55,7 +55,7 @@ pub use threads::{
     block_signals_on_this_thread, interrupt_helper, interrupt_signal_in_use, spawn_helper,
     tolerating_file_size_limit, with_signals_blocked,
 };
-#[cfg(all(unix, any(feature = "etcd", feature = "postgres")))]
+#[cfg(all(unix, feature = "lock-urls"))]
 pub use watchdog::Watchdog;
 #[cfg(unix)]
 pub use watchdog::watchdog_pid;

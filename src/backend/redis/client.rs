@@ -1,0 +1,311 @@
+//! Talking to Redis: connections (with the URL's user, password, database
+//! and TLS) and the Lua scripts that make the lock atomic. Every call has
+//! a deadline: lockrun must end with 69 or 76, never hang on a server that
+//! stopped answering.
+//!
+//! The scripts name every key they touch in KEYS (the lock, its fencing
+//! counter, the last holder's record), as Redis asks of scripts.
+
+use super::RedisUrl;
+use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Script, Value};
+use std::time::{Duration, Instant};
+
+/// How long connecting may take: a server that does not answer is 69.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one call may take when nothing tighter applies.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sets the lock key if absent, with the token the counter gives, in one
+/// step; or says who holds it and for how long yet.
+/// KEYS: lock, counter. ARGV: the record (a JSON object, or empty), the
+/// lease in ms. `{1, token}` or `{0, value, pttl}`.
+const ACQUIRE: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held then
+  return {0, held, redis.call('PTTL', KEYS[1])}
+end
+local token = redis.call('INCR', KEYS[2])
+local body = ARGV[1]
+local value
+if string.len(body) > 2 then
+  value = '{"fencing_token":' .. string.format('%d', token) .. ',' .. string.sub(body, 2)
+else
+  value = '{"fencing_token":' .. string.format('%d', token) .. '}'
+end
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+return {1, token}
+"#;
+
+/// The part every script that acts on a held key starts with: 0 when the
+/// key is gone, -1 when it is not ours (another token, another type).
+/// ARGV[1] is our token.
+const OURS: &str = r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then return 0 end
+if kind ~= 'string' then return -1 end
+local value = redis.call('GET', KEYS[1])
+local prefix = '{"fencing_token":' .. ARGV[1]
+local after = string.sub(value, string.len(prefix) + 1, string.len(prefix) + 1)
+if string.sub(value, 1, string.len(prefix)) ~= prefix or (after ~= ',' and after ~= '}') then
+  return -1
+end
+"#;
+
+/// Renews our lease (and stores a new value, when given).
+/// KEYS: lock. ARGV: token, lease in ms, new value or empty.
+const RENEW: &str = r#"
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+"#;
+
+/// Lets go of our key, keeps the last record, wakes the waiters.
+/// KEYS: lock, last record. ARGV: token, last record or empty, channel.
+const RELEASE: &str = r#"
+redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1
+"#;
+
+/// What the key held when our script looked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ours {
+    Yes,
+    Gone,
+    Other,
+}
+
+/// One attempt's answer.
+pub enum Attempt {
+    Acquired(i64),
+    /// Held by the key's value, for this many ms yet (-1: no expiry).
+    Held {
+        value: Vec<u8>,
+        pttl: i64,
+    },
+}
+
+/// The scripts, hashed once (EVALSHA, loaded on the first NOSCRIPT).
+pub struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts {
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(&format!("{OURS}{RENEW}")),
+            release: Script::new(&format!("{OURS}{RELEASE}")),
+        }
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Scripts {
+        Scripts::new()
+    }
+}
+
+/// Why a call failed, worded for a person: what Redis said, or what
+/// happened on the way, and what to do.
+pub fn explain(url: &RedisUrl, e: &redis::RedisError) -> String {
+    use redis::ErrorKind;
+    let at = url.address();
+    let password = || match &url.password {
+        Some(p) => format!("the password in ${}", p.var),
+        None => "no password (set REDISCLI_AUTH or LOCKRUN_REDIS_PASSWORD)".to_owned(),
+    };
+    let code = e.code().unwrap_or("");
+    if e.kind() == ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
+        let who = url.user.as_deref().unwrap_or("default");
+        return format!("Redis at {at} refused user {who} with {}: {e}", password());
+    }
+    if code == "NOAUTH" {
+        return format!(
+            "Redis at {at} asks for a password and lockrun has {}",
+            password()
+        );
+    }
+    if code == "NOPERM" {
+        return format!(
+            "Redis at {at} does not let user {} run what the lock needs (EVAL/EVALSHA, GET, SET, INCR, PEXPIRE, DEL, PUBLISH, SUBSCRIBE on the lock's keys): {e}",
+            url.user.as_deref().unwrap_or("default")
+        );
+    }
+    if code == "READONLY" {
+        return format!(
+            "Redis at {at} is a read-only replica: name the primary (or use redis+sentinel:// once supported): {e}"
+        );
+    }
+    if matches!(code, "MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN") {
+        return format!(
+            "Redis at {at} runs in cluster mode, which redis:// lock URLs do not support (moved keys, CROSSSLOT): name a standalone server or a Sentinel-managed primary: {e}"
+        );
+    }
+    if e.is_timeout() {
+        return format!("Redis at {at} did not answer in time: {e}");
+    }
+    if e.is_connection_refusal() {
+        return format!("cannot connect to Redis at {at}: {e}");
+    }
+    if e.is_io_error() || e.is_connection_dropped() {
+        return format!("the connection to Redis at {at} failed: {e}");
+    }
+    format!("Redis at {at}: {e}")
+}
+
+/// A connection to `url`'s server, within `timeout`, its calls bounded by
+/// `CALL_TIMEOUT` until told otherwise.
+pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, String> {
+    let addr = if url.tls {
+        ConnectionAddr::TcpTls {
+            host: url.host.clone(),
+            port: url.port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(url.host.clone(), url.port)
+    };
+    let mut redis = RedisConnectionInfo::default().set_db(url.db);
+    if let Some(user) = &url.user {
+        redis = redis.set_username(user);
+    }
+    if let Some(password) = &url.password {
+        redis = redis.set_password(&password.value);
+    }
+    let info = redis::IntoConnectionInfo::into_connection_info(addr)
+        .map(|info: ConnectionInfo| info.set_redis_settings(redis))
+        .map_err(|e| explain(url, &e))?;
+    let client = redis::Client::open(info).map_err(|e| explain(url, &e))?;
+    let timeout = timeout.max(Duration::from_millis(10));
+    let con = client
+        .get_connection_with_timeout(timeout)
+        .map_err(|e| explain(url, &e))?;
+    set_deadline(&con, Instant::now() + CALL_TIMEOUT);
+    Ok(con)
+}
+
+/// The next call on `con` must be answered by `deadline`.
+pub fn set_deadline(con: &redis::Connection, deadline: Instant) {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(5));
+    let _ = con.set_read_timeout(Some(left));
+    let _ = con.set_write_timeout(Some(left));
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+fn bytes(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    }
+}
+
+fn malformed(what: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected answer",
+        what.to_owned(),
+    ))
+}
+
+/// One attempt: set the key if absent, with a new token.
+pub fn attempt(
+    con: &mut redis::Connection,
+    scripts: &Scripts,
+    url: &RedisUrl,
+    record: &[u8],
+    ttl: Duration,
+) -> redis::RedisResult<Attempt> {
+    let answer: Vec<Value> = scripts
+        .acquire
+        .key(&url.name)
+        .key(url.fencing_key())
+        .arg(record.trim_ascii())
+        .arg(millis(ttl))
+        .invoke(con)?;
+    match answer.as_slice() {
+        [flag, token] if int(flag) == Some(1) => int(token)
+            .map(Attempt::Acquired)
+            .ok_or_else(|| malformed("a fencing token that is not a number")),
+        [flag, value, pttl] if int(flag) == Some(0) => Ok(Attempt::Held {
+            value: bytes(value).unwrap_or_default(),
+            pttl: int(pttl).unwrap_or(-1),
+        }),
+        _ => Err(malformed("the acquire script's answer")),
+    }
+}
+
+fn ours(answer: i64) -> Ours {
+    match answer {
+        1 => Ours::Yes,
+        0 => Ours::Gone,
+        _ => Ours::Other,
+    }
+}
+
+/// Renews our lease (storing `value` when given), if the key is ours.
+pub fn renew(
+    con: &mut redis::Connection,
+    scripts: &Scripts,
+    key: &str,
+    token: i64,
+    ttl: Duration,
+    value: Option<&[u8]>,
+) -> redis::RedisResult<Ours> {
+    let answer: i64 = scripts
+        .renew
+        .key(key)
+        .arg(token)
+        .arg(millis(ttl))
+        .arg(value.unwrap_or_default())
+        .invoke(con)?;
+    Ok(ours(answer))
+}
+
+/// Deletes our key if it is still ours, keeping `last` as the last
+/// holder's record and waking the waiters.
+pub fn release(
+    con: &mut redis::Connection,
+    scripts: &Scripts,
+    url: &RedisUrl,
+    token: i64,
+    last: Option<&[u8]>,
+) -> redis::RedisResult<Ours> {
+    let answer: i64 = scripts
+        .release
+        .key(&url.name)
+        .key(url.last_key())
+        .arg(token)
+        .arg(last.unwrap_or_default())
+        .arg(url.channel())
+        .invoke(con)?;
+    Ok(ours(answer))
+}
+
+/// The lock key's value, if any.
+pub fn get(con: &mut redis::Connection, key: &str) -> redis::RedisResult<Option<Vec<u8>>> {
+    redis::cmd("GET").arg(key).query(con)
+}
+
+/// A lease in whole milliseconds, at least 1.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

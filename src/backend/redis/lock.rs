@@ -1,0 +1,402 @@
+//! The Redis backend behind the seam: connect, set the lock key if absent
+//! (with a new fencing token, in one script), or sleep until the holder's
+//! release message or its key's expiry and try again; hand the command its
+//! token, renew the lease until the command exits ([`super::session`]),
+//! release.
+//!
+//! Differences from a file lock, each forced by the medium: the lock lives
+//! only as long as lockrun renews the lease (so `-F` is refused, and the
+//! command gets SIGTERM if lockrun itself dies: its watchdog); the record
+//! is the key's value; and losing the lock while the command runs stops
+//! the command and ends lockrun with 76.
+//!
+//! Waiting is not polling: a waiter subscribes to `NAME:released` before
+//! it tries, so a release between its attempt and its sleep still wakes
+//! it, and otherwise sleeps until the holder's key would expire (its
+//! PTTL). A second, private channel lets lockrun end that sleep at once
+//! (a deadline, a signal). Waiters are not queued: whoever's attempt
+//! comes first after a release gets the lock.
+
+use super::client::{self, Attempt, CONNECT_TIMEOUT, Ours, Scripts};
+use super::session::{Ending, Session};
+use super::{RedisUrl, RunOptions};
+use crate::backend::{Backend, Blocking, Capabilities, Contender, Held};
+use crate::display;
+use crate::exit_codes::{self, Failure};
+use crate::record::Record;
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A holder's key that has no expiry (set by something other than
+/// lockrun) gives no time to sleep until: look again this often.
+const NO_EXPIRY_LOOK: Duration = Duration::from_secs(5);
+
+/// The token got and when the call that got it was sent (the lease
+/// counts from then).
+type Got = Arc<Mutex<Option<(i64, Instant)>>>;
+
+pub struct RedisBackend {
+    url: RedisUrl,
+    /// The main thread's connection: attempts, the holder's name, undo.
+    con: Option<redis::Connection>,
+    scripts: Scripts,
+    /// The record our key carries once it is ours.
+    record: Vec<u8>,
+    ttl: Duration,
+    kill_grace: Duration,
+    verbose: bool,
+    label: String,
+    got: Got,
+    /// The holder's value, as the last attempt saw it.
+    owner: Option<Vec<u8>>,
+    /// Where `interrupt` wakes our own waiting thread.
+    wake_channel: String,
+    stop: Arc<AtomicBool>,
+}
+
+fn unavailable(label: &str, why: &str) -> Failure {
+    Failure::new(
+        exit_codes::UNAVAILABLE,
+        format!("cannot take {label}: {why} (the command was not run)"),
+    )
+}
+
+impl RedisBackend {
+    pub fn start(opts: &RunOptions, label: &str) -> Result<RedisBackend, Failure> {
+        let con =
+            client::connect(&opts.url, CONNECT_TIMEOUT).map_err(|e| unavailable(label, &e))?;
+        let me = crate::identity::Me::gather();
+        let wake_channel = format!(
+            "{}:wake:{}:{}:{}",
+            opts.url.name,
+            me.host.as_deref().unwrap_or("?"),
+            std::process::id(),
+            crate::platform::own_start_time_without_allocating().unwrap_or(0)
+        );
+        Ok(RedisBackend {
+            url: opts.url.clone(),
+            con: Some(con),
+            scripts: Scripts::new(),
+            record: opts.waiting_record(),
+            ttl: opts.ttl,
+            kill_grace: opts.settings.kill_grace,
+            verbose: opts.settings.verbose,
+            label: label.to_owned(),
+            got: Arc::new(Mutex::new(None)),
+            owner: None,
+            wake_channel,
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    fn failure(&self, why: &str) -> Failure {
+        unavailable(&self.label, why)
+    }
+
+    fn got(&self) -> Option<(i64, Instant)> {
+        *self.got.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn connection(&mut self) -> Result<&mut redis::Connection, Failure> {
+        if self.con.is_none() {
+            let con = client::connect(&self.url, CONNECT_TIMEOUT).map_err(|e| self.failure(&e))?;
+            self.con = Some(con);
+        }
+        self.con
+            .as_mut()
+            .ok_or_else(|| unavailable(&self.label, "no connection to Redis"))
+    }
+}
+
+impl Contender for RedisBackend {
+    fn try_acquire(&mut self) -> Result<bool, Failure> {
+        self.connection()?;
+        let Some(mut con) = self.con.take() else {
+            return Err(self.failure("no connection to Redis"));
+        };
+        client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
+        let sent = Instant::now();
+        let answer = client::attempt(&mut con, &self.scripts, &self.url, &self.record, self.ttl);
+        match answer {
+            Ok(Attempt::Acquired(token)) => {
+                self.con = Some(con);
+                *self.got.lock().unwrap_or_else(PoisonError::into_inner) = Some((token, sent));
+                Ok(true)
+            }
+            Ok(Attempt::Held { value, .. }) => {
+                self.con = Some(con);
+                self.owner = Some(value);
+                Ok(false)
+            }
+            // A connection whose call failed is not used again.
+            Err(e) => Err(self.failure(&client::explain(&self.url, &e))),
+        }
+    }
+
+    fn blocking(&mut self) -> Result<Blocking, Failure> {
+        let url = self.url.clone();
+        let record = self.record.clone();
+        let ttl = self.ttl;
+        let got = Arc::clone(&self.got);
+        let stop = Arc::clone(&self.stop);
+        let wake = self.wake_channel.clone();
+        let label = self.label.clone();
+        Ok(Box::new(move || {
+            let fail = |why: String| unavailable(&label, &why);
+            wait_and_take(&url, &record, ttl, &got, &stop, &wake).map_err(fail)
+        }))
+    }
+
+    fn interrupt(&mut self) {
+        self.stop.store(true, SeqCst);
+        let wake = self.wake_channel.clone();
+        if let Ok(con) = self.connection() {
+            client::set_deadline(con, Instant::now() + Duration::from_secs(1));
+            let published: redis::RedisResult<i64> =
+                redis::cmd("PUBLISH").arg(&wake).arg("stop").query(con);
+            if published.is_err() {
+                self.con = None;
+            }
+        }
+    }
+
+    fn undo(&mut self) {
+        // Got just as a signal ended the wait: let go at once rather than
+        // leave the key for a TTL.
+        if let Some((token, _)) = self.got()
+            && self.connection().is_ok()
+            && let Some(con) = self.con.as_mut()
+        {
+            client::set_deadline(con, Instant::now() + Duration::from_secs(2));
+            let _ = client::release(con, &self.scripts, &self.url, token, None);
+        }
+    }
+
+    fn holder(&mut self) -> Option<String> {
+        let key = self.url.name.clone();
+        let con = self.connection().ok()?;
+        client::set_deadline(con, Instant::now() + Duration::from_secs(2));
+        match client::get(con, &key) {
+            Ok(value) => self.owner = value,
+            Err(_) => self.con = None,
+        }
+        Some(holder_text(self.owner.as_deref(), &self.url.name))
+    }
+
+    fn conflict_holder(&mut self) -> String {
+        match self.owner.as_deref() {
+            Some(value) => holder_text(Some(value), &self.url.name),
+            None => self.holder().unwrap_or_default(),
+        }
+    }
+}
+
+/// The waiting thread: its own two connections (one subscribed), attempts
+/// after each wake-up, until the lock is ours or the wait is ended.
+fn wait_and_take(
+    url: &RedisUrl,
+    record: &[u8],
+    ttl: Duration,
+    got: &Got,
+    stop: &AtomicBool,
+    wake: &str,
+) -> Result<(), String> {
+    let mut sub = client::connect(url, CONNECT_TIMEOUT)?;
+    let mut con = client::connect(url, CONNECT_TIMEOUT)?;
+    let scripts = Scripts::new();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .subscribe(&[url.channel().as_str(), wake])
+        .map_err(|e| client::explain(url, &e))?;
+    loop {
+        if stop.load(SeqCst) {
+            return Err("the wait was ended".to_owned());
+        }
+        client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
+        let sent = Instant::now();
+        let pttl = match client::attempt(&mut con, &scripts, url, record, ttl) {
+            Ok(Attempt::Acquired(token)) => {
+                *got.lock().unwrap_or_else(PoisonError::into_inner) = Some((token, sent));
+                return Ok(());
+            }
+            Ok(Attempt::Held { pttl, .. }) => pttl,
+            Err(e) => return Err(client::explain(url, &e)),
+        };
+        // Until a release message (or our own wake-up), or until the
+        // holder's key expires on its own.
+        let sleep = match u64::try_from(pttl) {
+            Ok(ms) => Duration::from_millis(ms.saturating_add(1)),
+            Err(_) => NO_EXPIRY_LOOK,
+        };
+        pubsub
+            .set_read_timeout(Some(sleep.max(Duration::from_millis(1))))
+            .map_err(|e| client::explain(url, &e))?;
+        match pubsub.get_message() {
+            Ok(_) => {}
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err(client::explain(url, &e)),
+        }
+    }
+}
+
+impl Backend for RedisBackend {
+    type Held = RedisHeld;
+    const CAPS: Capabilities = super::CAPS;
+
+    fn failure_status(&self) -> u8 {
+        exit_codes::UNAVAILABLE
+    }
+
+    fn give_up(self) {}
+
+    fn acquired(mut self, _record: Option<&Record>, verbose: bool) -> Result<RedisHeld, Failure> {
+        let Some((token, sent)) = self.got() else {
+            return Err(self.failure("lost track of the fencing token"));
+        };
+        let con = match self.con.take() {
+            Some(con) => con,
+            None => client::connect(&self.url, CONNECT_TIMEOUT).map_err(|e| self.failure(&e))?,
+        };
+        if verbose || self.verbose {
+            crate::say!(
+                "lockrun: took the lock {} on {} (fencing token {token}, TTL {})",
+                display::escape(&self.url.name),
+                display::escape(&self.url.address()),
+                display::span(self.ttl)
+            );
+        }
+        let session = Session::start(
+            (self.url.clone(), con),
+            token,
+            (sent, self.ttl),
+            self.kill_grace,
+        );
+        Ok(RedisHeld {
+            url: self.url,
+            session,
+            token,
+            ttl: self.ttl,
+            last: None,
+        })
+    }
+}
+
+pub struct RedisHeld {
+    url: RedisUrl,
+    session: Session,
+    token: i64,
+    ttl: Duration,
+    /// The record to keep under `NAME:last` at the release.
+    last: Option<Vec<u8>>,
+}
+
+impl Held for RedisHeld {
+    fn env(&self) -> Vec<(&'static str, OsString)> {
+        crate::backend::url_env(self.token, None)
+    }
+
+    fn dies_with_lockrun(&self) -> bool {
+        true
+    }
+
+    /// A lock URL has no descriptor whose holders could be traced: what
+    /// `--max-time` stops with the command is everything it started.
+    fn inheritors(&self) -> Option<crate::backend::Inheritors> {
+        Some(crate::backend::command_tree())
+    }
+
+    fn searches_descendants(&self) -> bool {
+        true
+    }
+
+    fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
+        let value = super::value_with_token(self.token, &record.to_line());
+        if released {
+            self.last = Some(value);
+        } else {
+            // A failure here shows in the renewal that carries it.
+            self.session.store(value);
+        }
+        Ok(())
+    }
+
+    fn command_started(&mut self, pid: i32) {
+        self.session.command_started(pid);
+    }
+
+    fn command_exited(&mut self) {
+        self.session.command_exited();
+    }
+
+    fn release(self) -> Result<(), String> {
+        let con = match self.session.finish() {
+            Ending::Lost(reason) => return Err(reason),
+            Ending::Unconfirmed(reason) => {
+                crate::say!(
+                    "lockrun: warning: the lock {} could not be confirmed after the command ended on its own (its status is kept): {reason}",
+                    self.url.name
+                );
+                return Ok(());
+            }
+            Ending::Held(con) => con,
+        };
+        let deadline = Instant::now() + client::CALL_TIMEOUT.min(self.ttl);
+        let con = match con {
+            Some(con) => Ok(con),
+            None => client::connect(
+                &self.url,
+                deadline.saturating_duration_since(Instant::now()),
+            ),
+        };
+        let released = con.and_then(|mut con| {
+            client::set_deadline(&con, deadline);
+            client::release(
+                &mut con,
+                &Scripts::new(),
+                &self.url,
+                self.token,
+                self.last.as_deref(),
+            )
+            .map_err(|e| client::explain(&self.url, &e))
+        });
+        match released {
+            Ok(Ours::Yes) => Ok(()),
+            // Gone at the release, at a moment nobody can tell: perhaps
+            // while the command ran.
+            Ok(Ours::Gone) => Err(format!(
+                "the lock key {} was gone from Redis when the command ended (its lease expired or it was deleted), so another holder may have had the lock meanwhile",
+                display::escape(&self.url.name)
+            )),
+            Ok(Ours::Other) => Err(format!(
+                "the lock key {} held another fencing token than ours ({}) when the command ended, so another holder had the lock meanwhile",
+                display::escape(&self.url.name),
+                self.token
+            )),
+            Err(e) => {
+                crate::say!(
+                    "lockrun: could not release {} ({e}); Redis releases it when its lease expires within {}",
+                    self.url.name,
+                    display::span(self.ttl)
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+fn holder_text(value: Option<&[u8]>, key: &str) -> String {
+    let Some(value) = value else {
+        return "another client (it released the lock a moment ago)".to_owned();
+    };
+    match Record::parse(value).filter(|r| !r.is_released()) {
+        Some(record) if record.pid.is_some() || record.lockrun_pid.is_some() => {
+            display::holder_summary(&record)
+        }
+        _ => format!(
+            "another Redis client that left no lockrun record (key {})",
+            display::escape(key)
+        ),
+    }
+}
