@@ -14,11 +14,11 @@ step() { printf '\n==> %s\n' "$*"; }
 fail() { echo "features.sh: $*" >&2; exit 1; }
 
 # feature name -> the scheme its --help must name (and no other build may)
-declare -A scheme=([etcd]='etcd://' [postgres]='postgres://')
+declare -A scheme=([etcd]='etcd://' [postgres]='postgres://' [redis]='redis://')
 # feature name -> an option only that backend has ('' for none)
-declare -A option=([etcd]='--cacert' [postgres]='')
+declare -A option=([etcd]='--cacert' [postgres]='' [redis]='')
 
-combos=("" "etcd" "postgres" "etcd,postgres")
+combos=("" "etcd" "postgres" "redis" "etcd,postgres,redis")
 for combo in "${combos[@]}"; do
   name=${combo:-default}
   args=(--locked)

@@ -1,0 +1,681 @@
+//! Redis lock URLs (issue 28, contract §19): lockrun against a real
+//! redis-server that each test starts for itself on 127.0.0.1, on a free
+//! port, in a temporary directory, with nothing saved. Without
+//! redis-server the tests print "SKIPPED: redis-server not found" where a
+//! person sees it, and fail instead under CI (CI=true, or
+//! LOCKRUN_TEST_REQUIRE_ALL as .ci/run sets it).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
+#![cfg(feature = "redis")]
+
+mod common;
+
+use common::meter::read_meter;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SERVER: &str = "/usr/bin/redis-server";
+
+/// A private redis-server; stopped (and its directory removed) on drop.
+struct Redis {
+    port: u16,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn server_binary() -> Option<String> {
+    if Path::new(SERVER).exists() {
+        return Some(SERVER.to_owned());
+    }
+    has("redis-server").then(|| "redis-server".to_owned())
+}
+
+/// Says loudly that the Redis tests did not run; a failure under CI.
+fn missing(what: &str) {
+    let why = format!("{what} not found (Debian: apt-get install redis-server redis-tools)");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true, and the Redis tests cannot run: {why}");
+    }
+    // LOCKRUN_TEST_REQUIRE_ALL makes this a failure too.
+    skip(&why);
+    let line = format!("SKIPPED: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+impl Redis {
+    /// `None` (after a loud skip) when redis-server is not installed.
+    fn start() -> Option<Redis> {
+        Redis::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Option<Redis> {
+        let Some(server) = server_binary() else {
+            missing("redis-server");
+            return None;
+        };
+        if !has("redis-cli") {
+            missing("redis-cli");
+            return None;
+        }
+        for _ in 0..5 {
+            let dir = temp_dir();
+            let port = free_port();
+            let log = std::fs::File::create(dir.path().join("log")).expect("redis log");
+            let mut cmd = Command::new(&server);
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .args(["--enable-debug-command", "local"])
+                .arg("--dir")
+                .arg(dir.path())
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(log)
+                // Its own process group: a server the tests SIGSTOP must
+                // not leave a stopped process in the harness's group.
+                .process_group(0);
+            let child = cmd.spawn().expect("start redis-server");
+            let mut redis = Redis { port, child, dir };
+            let deadline = Instant::now() + BOUND;
+            loop {
+                if redis.child.try_wait().expect("try_wait").is_some() {
+                    // The port was taken meanwhile: another port.
+                    break;
+                }
+                if redis.ping() {
+                    return Some(redis);
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server never answered: {}",
+                    redis.log()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        panic!("redis-server never started: ports taken every time");
+    }
+
+    /// A raw PING on the port: the server answers, and it is ours.
+    fn ping(&self) -> bool {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut answer = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok()
+            && s.read_exact(&mut answer).is_ok()
+            && &answer == b"+PONG\r\n"
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("redis://127.0.0.1:{}#{name}", self.port)
+    }
+
+    /// `redis-cli` on this server, as the default user; its output.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .env_remove("REDISCLI_AUTH")
+            .output()
+            .expect("run redis-cli");
+        assert!(out.status.success(), "redis-cli {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn signal(&self, sig: &str) {
+        kill(self.child.id() as i32, sig);
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped server too.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr_of(bg: &mut Background) -> String {
+    let mut text = String::new();
+    if let Some(mut err) = bg.child.stderr.take() {
+        let _ = err.read_to_string(&mut text);
+    }
+    text
+}
+
+fn alive(pid: i32) -> bool {
+    !process_gone(pid)
+}
+
+/// Kills the `sleep SECONDS` a test started if it is still running (a
+/// broken build leaves it): checked by its command line first.
+struct SleepGuard(Vec<(i32, &'static str)>);
+
+impl Drop for SleepGuard {
+    fn drop(&mut self) {
+        for (pid, seconds) in &self.0 {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline == format!("sleep\0{seconds}\0").as_bytes() {
+                // SAFETY: kill(2) on a process just checked to be this test's.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+#[test]
+fn several_processes_exclude_each_other_and_get_increasing_fencing_tokens() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = temp_dir();
+    let counter = dir.path().join("counter");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&counter, "0\n").expect("write counter");
+    // Read, widen the race window, write: any overlap loses an update;
+    // the meter lines around it count how many ran at once.
+    let meter = dir.path().join("meter");
+    let body = format!(
+        "echo \"start $$ none\" >> {m}; n=$(cat {c}); echo \"$LOCKRUN_FENCING_TOKEN\" >> {t}; sleep 0.01; echo $((n+1)) > {c}; echo \"end $$ none\" >> {m}",
+        c = counter.display(),
+        t = tokens.display(),
+        m = meter.display()
+    );
+    let (workers, rounds) = (3, 20);
+    let mut running: Vec<Child> = (0..workers)
+        .map(|_| {
+            let script = format!(
+                "i=0; while [ $i -lt {rounds} ]; do \"$0\" -w 60 \"$1\" sh -c \"$2\" || exit 9; i=$((i+1)); done"
+            );
+            Command::new("sh")
+                .args(["-c", &script, bin(), &redis.url("counter"), &body])
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    for worker in &mut running {
+        let status = wait_child(worker, BOUND * 3);
+        assert!(status.success(), "a worker failed: {status:?}");
+    }
+    let total: usize = std::fs::read_to_string(&counter)
+        .expect("read counter")
+        .trim()
+        .parse()
+        .expect("counter is a number");
+    assert_eq!(
+        total,
+        workers * rounds,
+        "lost updates: the lock did not exclude"
+    );
+    let seen = read_meter(dir.path(), 1);
+    assert_eq!(seen.ended, workers * rounds);
+    assert_eq!(seen.peak, 1, "commands overlapped: {seen:?}");
+    let seen: Vec<i64> = std::fs::read_to_string(&tokens)
+        .expect("read tokens")
+        .lines()
+        .map(|l| l.parse().expect("a fencing token is a number"))
+        .collect();
+    assert_eq!(seen.len(), workers * rounds);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase in lock order: {seen:?}"
+    );
+    // The counter is the last token handed out.
+    assert_eq!(
+        redis.cli(&["GET", "counter:fencing"]),
+        seen[seen.len() - 1].to_string()
+    );
+}
+
+#[test]
+fn nonblocking_conflict_names_the_holder() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("busy");
+    let (mut holder, words) =
+        Background::lockrun_holding(&[], Path::new(&url), "echo ready $$; read x");
+    let pid = &words[0];
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.starts_with(&format!("lockrun: {url} is held by pid {pid} (sh -c")),
+        "{stderr}"
+    );
+    lockrun()
+        .args(["-n", "-E", "3", &url, "true"])
+        .assert()
+        .code(3);
+    lockrun()
+        .args(["-n", "-q", &url, "true"])
+        .assert()
+        .code(75)
+        .stderr("");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
+
+#[test]
+fn a_waiter_times_out_on_time_and_one_that_waits_is_woken_by_the_release() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("slow");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let started = Instant::now();
+    let out = lockrun()
+        .args(["-w", "0.5", &url, "true"])
+        .assert()
+        .code(75);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "gave up late: {took:?}");
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("timed out after"), "{stderr}");
+    assert!(stderr.contains("held by pid"), "{stderr}");
+    // A waiter with a lease of 10 s left on the holder's key: woken by
+    // the release message, not by the key's expiry.
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "30", &url, "--", "echo", "ran"]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the waiter to subscribe", || {
+        redis
+            .cli(&["PUBSUB", "NUMSUB", "slow:released"])
+            .ends_with('1')
+    });
+    let released = Instant::now();
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert_eq!(waiter.line(BOUND).as_deref(), Some("ran"));
+    assert!(waiter.wait_exit(BOUND).success());
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "the waiter was not woken by the release: {:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn a_deleted_lock_key_stops_the_command_and_everything_it_started_76() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("gone");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", "--kill-grace", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "setsid sleep 1017 </dev/null >/dev/null 2>&1 & a=$!; \
+             sleep 1018 </dev/null >/dev/null 2>&1 & echo ready $a $!; wait",
+        ])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let words = lockrun.expect_ready();
+    let (setsid_child, child): (i32, i32) = (words[0].parse().unwrap(), words[1].parse().unwrap());
+    let _guard = SleepGuard(vec![(setsid_child, "1017"), (child, "1018")]);
+    assert_eq!(redis.cli(&["DEL", "gone"]), "1");
+    let deleted = Instant::now();
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    // Found by the next renewal (every TTL/4), well within the TTL.
+    assert!(
+        deleted.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        deleted.elapsed()
+    );
+    assert!(!alive(child), "the child {child} outlived exit 76");
+    assert!(
+        !alive(setsid_child),
+        "the setsid'd child {setsid_child} outlived exit 76"
+    );
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains(&format!(
+            "lockrun: lost the lock {url} while the command ran"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is gone from Redis"), "{stderr}");
+}
+
+/// The renewal compares the token: a key that now holds another holder's
+/// value is not renewed as ours, and the command is stopped.
+#[test]
+fn a_lock_key_taken_over_from_outside_stops_the_command_within_the_ttl() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("stolen");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", "--kill-grace", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo ready $LOCKRUN_FENCING_TOKEN; exec sleep 1019",
+        ])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let token: i64 = lockrun.expect_ready()[0].parse().expect("a token");
+    // Another client's key, as if ours had expired and been taken, with a
+    // long lease: a renewal that did not compare would keep it alive.
+    let theirs = format!("{{\"fencing_token\":{}}}", token + 1);
+    assert_eq!(redis.cli(&["SET", "stolen", &theirs, "PX", "60000"]), "OK");
+    let stolen = Instant::now();
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    assert!(
+        stolen.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        stolen.elapsed()
+    );
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains(&format!("no longer holds our fencing token {token}")),
+        "{stderr}"
+    );
+    // Their key is left alone.
+    assert_eq!(redis.cli(&["GET", "stolen"]), theirs);
+}
+
+fn paused_server_stops_the_command(pause: impl FnOnce(&Redis), resume: impl FnOnce(&Redis)) {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("paused");
+    let mut cmd = std_lockrun();
+    // The command ignores SIGTERM: the SIGKILL after the grace is needed.
+    cmd.args(["--ttl", "2s", "--kill-grace", "1s", &url, "--"])
+        .args(["sh", "-c", "trap '' TERM; echo ready $$; exec sleep 1020"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let command = lockrun.expect_ready()[0].parse::<i32>().expect("pid");
+    let _guard = SleepGuard(vec![(command, "1020")]);
+    let paused = Instant::now();
+    pause(&redis);
+    let status = lockrun.wait_exit(BOUND);
+    let took = paused.elapsed();
+    resume(&redis);
+    assert_eq!(status.code(), Some(76));
+    assert!(process_gone(command), "the command was not stopped");
+    // Lost at the lease's end (2 s after the last renewal, at most), the
+    // SIGKILL a second later: never the server's pause itself.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains(&format!(
+            "lockrun: lost the lock {url} while the command ran"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("could not be renewed for its whole TTL (2s)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("SIGKILL if it still ran 1s later"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_server_in_debug_sleep_past_the_ttl_stops_the_command_76() {
+    let sleeper = std::cell::RefCell::new(None::<Child>);
+    paused_server_stops_the_command(
+        |redis| {
+            let child = Command::new("redis-cli")
+                .args(["-p", &redis.port.to_string(), "DEBUG", "SLEEP", "6"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-cli DEBUG SLEEP");
+            *sleeper.borrow_mut() = Some(child);
+        },
+        |_| {
+            if let Some(mut child) = sleeper.borrow_mut().take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        },
+    );
+}
+
+#[test]
+fn a_stopped_server_past_the_ttl_stops_the_command_76() {
+    paused_server_stops_the_command(|r| r.signal("STOP"), |r| r.signal("CONT"));
+}
+
+#[test]
+fn a_holder_killed_with_sigkill_passes_the_lock_on_when_its_lease_expires() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("crash");
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--ttl", "3s"],
+        Path::new(&url),
+        "echo ready $$; exec sleep 1021",
+    );
+    let command = words[0].parse::<i32>().expect("pid");
+    let _guard = SleepGuard(vec![(command, "1021")]);
+    wait_for("the record to name the command", || {
+        holder_json(&url)["record"]["pid"] == command
+    });
+    kill(holder.pid(), "KILL");
+    let killed = Instant::now();
+    holder.wait_exit(BOUND);
+    // The command does not outlive lockrun: nobody renews the lease.
+    wait_for("the command to end with lockrun", || process_gone(command));
+    // (Whether lockrun's watchdog or the command's own parent-death
+    // signal stopped it is the shared run flow's business, tested there.)
+    // Still held until the key's lease runs out, then a waiter gets it.
+    lockrun().args(["-n", &url, "true"]).assert().code(75);
+    lockrun()
+        .args(["-w", "15", &url, "true"])
+        .assert()
+        .success();
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the lock should pass on within the TTL (3s), took {took:?}"
+    );
+}
+
+#[test]
+fn holder_and_check_read_the_key() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("jobs/report");
+    lockrun().args(["check", &url]).assert().code(1);
+    let (mut holder, words) = Background::lockrun_holding(
+        &[],
+        Path::new(&url),
+        "echo ready $$ $LOCKRUN_FENCING_TOKEN $LOCKRUN_LOCKFILE; read x",
+    );
+    let (pid, token) = (&words[0], &words[1]);
+    assert_eq!(words[2], url);
+    lockrun().args(["check", "-q", &url]).assert().code(0);
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held");
+    assert_eq!(json["record"]["pid"].to_string(), *pid);
+    assert!(json["record"]["host"].is_string());
+    assert_eq!(json["redis"]["key"], "jobs/report");
+    assert_eq!(json["redis"]["fencing_token"].to_string(), *token);
+    let ttl = json["redis"]["ttl_ms"].as_i64().expect("ttl_ms");
+    assert!((1..=10_000).contains(&ttl), "{json}");
+    // What the token's promise rests on.
+    assert_eq!(json["redis"]["appendonly"], "no", "{json}");
+    assert_eq!(json["redis"]["role"], "master", "{json}");
+    assert_eq!(json["redis"]["connected_replicas"], 0, "{json}");
+    let out = lockrun().args(["check", "--json", &url]).assert().code(0);
+    let check: serde_json::Value =
+        serde_json::from_slice(&out.get_output().stdout).expect("check --json");
+    assert_eq!(check["redis"]["fencing_token"].to_string(), *token);
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: held (exclusive) by pid {pid}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Redis key jobs/report, fencing token {token}")),
+        "{text}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    lockrun().args(["check", "-q", &url]).assert().code(1);
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: free; last held by pid {pid}")),
+        "{text}"
+    );
+    assert!(text.contains("exit 0"), "{text}");
+    // The next holder's token is larger.
+    let out = lockrun()
+        .args([&url, "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"])
+        .assert()
+        .success();
+    let next: i64 = String::from_utf8_lossy(&out.get_output().stdout)
+        .trim()
+        .parse()
+        .expect("token");
+    assert!(next > token.parse::<i64>().expect("token"));
+}
+
+/// The key gone between two renewals and the command ended before the
+/// next one: the release's compare-and-delete must notice, or lockrun
+/// reports success for a run another holder may have overlapped.
+#[test]
+fn a_key_gone_before_the_release_is_76_not_success() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("vanished");
+    let mut cmd = std_lockrun();
+    // Renewals every 15 s: none comes between the delete and the end.
+    cmd.args(["--ttl", "60s", &url, "--"])
+        .args(["sh", "-c", "echo ready; read go"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    lockrun.expect_ready();
+    wait_for("the record to be stored", || {
+        holder_json(&url)["record"]["pid"].is_number()
+    });
+    assert_eq!(redis.cli(&["DEL", "vanished"]), "1");
+    lockrun.release();
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains("was gone from Redis when the command ended"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unreachable_redis_exits_69_and_never_runs_the_command() {
+    let dir = temp_dir();
+    let marker = dir.path().join("ran");
+    let (_port_guard, port) = refusing_port();
+    let url = format!("redis://127.0.0.1:{port}#x");
+    let out = lockrun()
+        .args([&url, "touch", &marker.to_string_lossy()])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.starts_with(&format!(
+            "lockrun: cannot take {url}: cannot connect to Redis at 127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the command was not run"), "{stderr}");
+    assert!(!marker.exists());
+    lockrun().args(["check", "-q", &url]).assert().code(69);
+    lockrun().args(["holder", &url]).assert().code(69);
+}
+
+#[test]
+fn lock_url_usage_errors_exit_64_and_a_password_in_the_url_is_refused_unseen() {
+    let dir = temp_dir();
+    let marker = dir.path().join("ran");
+    for args in [
+        vec!["redis://127.0.0.1:1", "true"],
+        vec!["redis://127.0.0.1:1#", "true"],
+        vec!["redis://127.0.0.1:notaport#x", "true"],
+        vec!["redis://127.0.0.1:1/db#x", "true"],
+        vec!["redis://127.0.0.1:1?x=1#x", "true"],
+        vec!["redis://127.0.0.1:1#a%0Ab", "true"],
+        vec!["redis+sentinel://127.0.0.1:1/m#x", "true"],
+        vec!["-s", "redis://127.0.0.1:1#x", "true"],
+        vec!["-F", "redis://127.0.0.1:1#x", "true"],
+        vec!["--poll", "1", "redis://127.0.0.1:1#x", "true"],
+        vec!["--ttl", "100ms", "redis://127.0.0.1:1#x", "true"],
+        vec!["--slots", "2", "redis://127.0.0.1:1#x", "true"],
+    ] {
+        let out = lockrun().args(&args).assert().code(64);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(stderr.starts_with("lockrun: "), "{args:?}: {stderr}");
+    }
+    // A password in the URL: refused before anything is sent, and shown
+    // nowhere, not even in `ps` while lockrun reads its arguments.
+    for url in [
+        "redis://app:s3cretpw@127.0.0.1:1#x",
+        "redis://:s3cretpw@127.0.0.1:1#x",
+    ] {
+        let out = lockrun()
+            .args([url, "touch", &marker.to_string_lossy()])
+            .assert()
+            .code(64);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(!stderr.contains("s3cretpw"), "{stderr}");
+        assert!(stderr.contains("REDISCLI_AUTH"), "{stderr}");
+        assert!(!marker.exists());
+    }
+}
+
+#[test]
+fn an_acl_user_with_the_password_from_the_environment_and_a_wrong_one_69() {
+    let Some(redis) = Redis::start() else { return };
+    redis.cli(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">apppw-9f2",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let url = format!("redis://app@127.0.0.1:{}#acl", redis.port);
+    for var in ["REDISCLI_AUTH", "LOCKRUN_REDIS_PASSWORD"] {
+        let out = lockrun()
+            .args([&url, "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"])
+            .env_remove("REDISCLI_AUTH")
+            .env_remove("LOCKRUN_REDIS_PASSWORD")
+            .env(var, "apppw-9f2")
+            .assert()
+            .success();
+        let token = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+        assert!(token.trim().parse::<i64>().is_ok(), "{var}: {token}");
+    }
+    // The record and holder's output carry no password.
+    let holder = lockrun()
+        .args(["holder", "--json", &url])
+        .env("REDISCLI_AUTH", "apppw-9f2")
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&holder.get_output().stdout).into_owned();
+    assert!(text.contains("\"state\":\"free\""), "{text}");
+    assert!(!text.contains("apppw"), "{text}");
+    assert!(!redis.cli(&["GET", "acl:last"]).contains("apppw"));
+    // A wrong password: 69, saying who was refused and where the password
+    // came from, never what it was.
+    let out = lockrun()
+        .args([&url, "true"])
+        .env_remove("LOCKRUN_REDIS_PASSWORD")
+        .env("REDISCLI_AUTH", "wrong-pw-77")
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("refused user app"), "{stderr}");
+    assert!(stderr.contains("$REDISCLI_AUTH"), "{stderr}");
+    assert!(!stderr.contains("wrong-pw-77"), "{stderr}");
+}
