@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::meter::read_meter;
+use common::meter::{meter_run, read_meter};
 use common::*;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -608,7 +608,7 @@ fn lock_url_usage_errors_exit_64_and_a_password_in_the_url_is_refused_unseen() {
         vec!["-F", "redis://127.0.0.1:1#x", "true"],
         vec!["--poll", "1", "redis://127.0.0.1:1#x", "true"],
         vec!["--ttl", "100ms", "redis://127.0.0.1:1#x", "true"],
-        vec!["--slots", "2", "redis://127.0.0.1:1#x", "true"],
+        vec!["--slots", "2", "-s", "redis://127.0.0.1:1#x", "true"],
     ] {
         let out = lockrun().args(&args).assert().code(64);
         let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
@@ -678,4 +678,110 @@ fn an_acl_user_with_the_password_from_the_environment_and_a_wrong_one_69() {
     assert!(stderr.contains("refused user app"), "{stderr}");
     assert!(stderr.contains("$REDISCLI_AUTH"), "{stderr}");
     assert!(!stderr.contains("wrong-pw-77"), "{stderr}");
+}
+
+#[test]
+fn redis_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
+    let Some(redis) = Redis::start() else { return };
+    meter_run(std_lockrun, &["--slots", "3"], redis.url("gpu"), 7, 3).unwrap();
+    // The last slot holder took N's key with it: a plain lock may follow.
+    assert_eq!(redis.cli(&["EXISTS", "gpu:slots"]), "0");
+    lockrun()
+        .args(["-n", &redis.url("gpu"), "true"])
+        .assert()
+        .success();
+}
+
+/// The control: the same meter fails when the limit is broken.
+#[test]
+fn the_redis_meter_catches_a_broken_limit() {
+    let Some(redis) = Redis::start() else { return };
+    let too_many = meter_run(std_lockrun, &["--slots", "7"], redis.url("gpu"), 7, 3).unwrap_err();
+    assert!(too_many.contains("more than 3"), "{too_many}");
+}
+
+#[test]
+fn a_different_number_of_slots_or_none_is_a_usage_error_naming_both() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("pool");
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--slots", "2"],
+        Path::new(&url),
+        "echo ready $$ $LOCKRUN_SLOT; read x",
+    );
+    assert_eq!(words[1], "1");
+    let out = lockrun()
+        .args(["--slots", "3", &url, "true"])
+        .assert()
+        .code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("is used with --slots 2") && stderr.contains("not --slots 3"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("pid {}", words[0])), "{stderr}");
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("this lockrun has no --slots"), "{stderr}");
+    // holder/check show every slot.
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held", "{json}");
+    assert_eq!(json["slots"], 2, "{json}");
+    assert_eq!(json["slot_reports"][0]["state"], "held", "{json}");
+    assert_eq!(json["slot_reports"][1]["state"], "free", "{json}");
+    assert_eq!(
+        json["slot_reports"][0]["record"]["pid"].to_string(),
+        words[0]
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // And the other way round: a plain holder refuses a slot contender.
+    let (mut plain, words) =
+        Background::lockrun_holding(&[], Path::new(&url), "echo ready $$; read x");
+    let out = lockrun()
+        .args(["--slots", "2", "-n", &url, "true"])
+        .assert()
+        .code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains(&format!("is held without --slots (by pid {}", words[0])),
+        "{stderr}"
+    );
+    plain.release();
+    assert!(plain.wait_exit(BOUND).success());
+}
+
+#[test]
+fn a_lost_slot_stops_its_command_76_and_frees_only_that_slot() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("lanes");
+    let (mut first, _) = Background::lockrun_holding(
+        &["--slots", "2"],
+        Path::new(&url),
+        "echo ready $LOCKRUN_SLOT; read x",
+    );
+    let mut cmd = std_lockrun();
+    cmd.args(["--slots", "2", "--ttl", "2s", &url, "--"])
+        .args(["sh", "-c", "echo ready $LOCKRUN_SLOT; exec sleep 1022"])
+        .stderr(Stdio::piped());
+    let mut second = Background::spawn(cmd);
+    assert_eq!(second.expect_ready(), ["2"]);
+    assert_eq!(redis.cli(&["DEL", "lanes:slot:2"]), "1");
+    assert_eq!(second.wait_exit(BOUND).code(), Some(76));
+    let stderr = stderr_of(&mut second);
+    assert!(
+        stderr.contains("lanes:slot:2 is gone from Redis"),
+        "{stderr}"
+    );
+    // Slot 1 is still held; slot 2 is free again.
+    let out = lockrun()
+        .args(["--slots", "2", "-n", &url, "sh", "-c", "echo $LOCKRUN_SLOT"])
+        .assert()
+        .success();
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stdout).trim(),
+        "2"
+    );
+    first.release();
+    assert!(first.wait_exit(BOUND).success());
 }

@@ -17,23 +17,57 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sets the lock key if absent, with the token the counter gives, in one
 /// step; or says who holds it and for how long yet.
-/// KEYS: lock, counter. ARGV: the record (a JSON object, or empty), the
-/// lease in ms. `{1, token}` or `{0, value, pttl}`.
+/// KEYS: lock, counter, the slots' N. ARGV: the record (a JSON object,
+/// or empty), the lease in ms. `{1, token}`, `{0, value, pttl}`, or
+/// `{3, N}` when the lock is used with `--slots N`.
 const ACQUIRE: &str = r#"
+local n = redis.call('GET', KEYS[3])
+if n then return {3, n} end
 local held = redis.call('GET', KEYS[1])
 if held then
   return {0, held, redis.call('PTTL', KEYS[1])}
 end
 local token = redis.call('INCR', KEYS[2])
-local body = ARGV[1]
-local value
-if string.len(body) > 2 then
-  value = '{"fencing_token":' .. string.format('%d', token) .. ',' .. string.sub(body, 2)
-else
-  value = '{"fencing_token":' .. string.format('%d', token) .. '}'
-end
-redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+redis.call('SET', KEYS[1], with_token(token, ARGV[1]), 'PX', ARGV[2])
 return {1, token}
+"#;
+
+/// The key's value: the record with the token as its first field.
+const WITH_TOKEN: &str = r#"
+local function with_token(token, body)
+  local head = '{"fencing_token":' .. string.format('%d', token)
+  if string.len(body) > 2 then
+    return head .. ',' .. string.sub(body, 2)
+  end
+  return head .. '}'
+end
+"#;
+
+/// `--slots N`: takes the first free one of the N slot keys, with a new
+/// token, and (re)states N for the lease's time; or says when the first
+/// held one expires. KEYS: the plain lock, counter, N's key, then the N
+/// slot keys. ARGV: record, lease in ms, N. `{1, token, slot}`,
+/// `{0, soonest pttl or -1}`, `{2, plain holder's value}` (held without
+/// --slots), `{3, other N}`.
+const ACQUIRE_SLOT: &str = r#"
+local plain = redis.call('GET', KEYS[1])
+if plain then return {2, plain} end
+local n = redis.call('GET', KEYS[3])
+if n and n ~= ARGV[3] then return {3, n} end
+local soonest = -1
+for i = 4, #KEYS do
+  local left = redis.call('PTTL', KEYS[i])
+  if left == -2 then
+    local token = redis.call('INCR', KEYS[2])
+    redis.call('SET', KEYS[i], with_token(token, ARGV[1]), 'PX', ARGV[2])
+    if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
+      redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+    end
+    return {1, token, i - 3}
+  end
+  if left >= 0 and (soonest < 0 or left < soonest) then soonest = left end
+end
+return {0, soonest}
 "#;
 
 /// The part every script that acts on a held key starts with: 0 when the
@@ -51,23 +85,36 @@ if string.sub(value, 1, string.len(prefix)) ~= prefix or (after ~= ',' and after
 end
 "#;
 
-/// Renews our lease (and stores a new value, when given).
-/// KEYS: lock. ARGV: token, lease in ms, new value or empty.
+/// Renews our lease (and stores a new value, when given); with slots,
+/// N's key too. KEYS: lock (or slot) [, N's key]. ARGV: token, lease in
+/// ms, new value or empty [, N].
 const RENEW: &str = r#"
 if ARGV[3] ~= '' then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
+if KEYS[2] and redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[2])
+end
 return 1
 "#;
 
-/// Lets go of our key, keeps the last record, wakes the waiters.
-/// KEYS: lock, last record. ARGV: token, last record or empty, channel.
+/// Lets go of our key, keeps the last record, wakes the waiters; with
+/// slots, N's key goes with the last slot holder. KEYS: lock (or slot),
+/// last record [, N's key, every slot key]. ARGV: token, last record or
+/// empty, channel.
 const RELEASE: &str = r#"
 redis.call('DEL', KEYS[1])
 if ARGV[2] ~= '' then
   redis.call('SET', KEYS[2], ARGV[2])
+end
+if KEYS[3] then
+  local any = false
+  for i = 4, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then any = true end
+  end
+  if not any then redis.call('DEL', KEYS[3]) end
 end
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return 1
@@ -83,17 +130,21 @@ pub enum Ours {
 
 /// One attempt's answer.
 pub enum Attempt {
-    Acquired(i64),
-    /// Held by the key's value, for this many ms yet (-1: no expiry).
-    Held {
-        value: Vec<u8>,
-        pttl: i64,
-    },
+    /// The token, and with `--slots` the slot.
+    Acquired(i64, Option<u16>),
+    /// Held by the key's value (empty with `--slots`), for this many ms
+    /// yet (-1: no expiry).
+    Held { value: Vec<u8>, pttl: i64 },
+    /// The lock is used with `--slots N`, another N (or none).
+    OtherSlots(u16),
+    /// A contender with `--slots` met a holder without: its value.
+    Plain(Vec<u8>),
 }
 
 /// The scripts, hashed once (EVALSHA, loaded on the first NOSCRIPT).
 pub struct Scripts {
     acquire: Script,
+    acquire_slot: Script,
     renew: Script,
     release: Script,
 }
@@ -101,7 +152,8 @@ pub struct Scripts {
 impl Scripts {
     pub fn new() -> Scripts {
         Scripts {
-            acquire: Script::new(ACQUIRE),
+            acquire: Script::new(&format!("{WITH_TOKEN}{ACQUIRE}")),
+            acquire_slot: Script::new(&format!("{WITH_TOKEN}{ACQUIRE_SLOT}")),
             renew: Script::new(&format!("{OURS}{RENEW}")),
             release: Script::new(&format!("{OURS}{RELEASE}")),
         }
@@ -226,29 +278,67 @@ fn malformed(what: &str) -> redis::RedisError {
     ))
 }
 
-/// One attempt: set the key if absent, with a new token.
+/// One attempt: set the key (with `slots`, one of N slot keys) if
+/// absent, with a new token.
 pub fn attempt(
     con: &mut redis::Connection,
     scripts: &Scripts,
     url: &RedisUrl,
-    record: &[u8],
+    (record, slots): (&[u8], Option<u16>),
     ttl: Duration,
 ) -> redis::RedisResult<Attempt> {
-    let answer: Vec<Value> = scripts
-        .acquire
-        .key(&url.name)
-        .key(url.fencing_key())
-        .arg(record.trim_ascii())
-        .arg(millis(ttl))
-        .invoke(con)?;
+    let answer: Vec<Value> = match slots {
+        None => scripts
+            .acquire
+            .key(&url.name)
+            .key(url.fencing_key())
+            .key(url.slots_key())
+            .arg(record.trim_ascii())
+            .arg(millis(ttl))
+            .invoke(con)?,
+        Some(n) => {
+            let mut call = scripts.acquire_slot.prepare_invoke();
+            call.key(&url.name)
+                .key(url.fencing_key())
+                .key(url.slots_key());
+            for k in 1..=n {
+                call.key(url.slot_key(k));
+            }
+            call.arg(record.trim_ascii())
+                .arg(millis(ttl))
+                .arg(n)
+                .invoke(con)?
+        }
+    };
+    let number = |v: &Value| {
+        int(v).or_else(|| {
+            bytes(v)
+                .and_then(|b| String::from_utf8(b).ok())
+                .and_then(|t| t.parse().ok())
+        })
+    };
     match answer.as_slice() {
         [flag, token] if int(flag) == Some(1) => int(token)
-            .map(Attempt::Acquired)
+            .map(|t| Attempt::Acquired(t, None))
             .ok_or_else(|| malformed("a fencing token that is not a number")),
+        [flag, token, slot] if int(flag) == Some(1) => int(token)
+            .zip(int(slot).and_then(|k| u16::try_from(k).ok()))
+            .map(|(t, k)| Attempt::Acquired(t, Some(k)))
+            .ok_or_else(|| malformed("a fencing token or slot that is not a number")),
         [flag, value, pttl] if int(flag) == Some(0) => Ok(Attempt::Held {
             value: bytes(value).unwrap_or_default(),
             pttl: int(pttl).unwrap_or(-1),
         }),
+        [flag, pttl] if int(flag) == Some(0) => Ok(Attempt::Held {
+            value: Vec::new(),
+            pttl: int(pttl).unwrap_or(-1),
+        }),
+        [flag, value] if int(flag) == Some(2) => {
+            Ok(Attempt::Plain(bytes(value).unwrap_or_default()))
+        }
+        [flag, n] if int(flag) == Some(3) => Ok(Attempt::OtherSlots(
+            number(n).and_then(|n| u16::try_from(n).ok()).unwrap_or(0),
+        )),
         _ => Err(malformed("the acquire script's answer")),
     }
 }
@@ -261,22 +351,49 @@ fn ours(answer: i64) -> Ours {
     }
 }
 
+/// What a held lock is: the plain lock's key, or slot K of N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Plain,
+    Slot { n: u16, k: u16 },
+}
+
+impl Place {
+    /// The key that holds it.
+    pub fn key(self, url: &RedisUrl) -> String {
+        match self {
+            Place::Plain => url.name.clone(),
+            Place::Slot { k, .. } => url.slot_key(k),
+        }
+    }
+
+    /// Where its last holder's record stays.
+    pub fn last_key(self, url: &RedisUrl) -> String {
+        match self {
+            Place::Plain => url.last_key(),
+            Place::Slot { k, .. } => url.slot_last_key(k),
+        }
+    }
+}
+
 /// Renews our lease (storing `value` when given), if the key is ours.
 pub fn renew(
     con: &mut redis::Connection,
     scripts: &Scripts,
-    key: &str,
+    (url, place): (&RedisUrl, Place),
     token: i64,
     ttl: Duration,
     value: Option<&[u8]>,
 ) -> redis::RedisResult<Ours> {
-    let answer: i64 = scripts
-        .renew
-        .key(key)
+    let mut call = scripts.renew.prepare_invoke();
+    call.key(place.key(url))
         .arg(token)
         .arg(millis(ttl))
-        .arg(value.unwrap_or_default())
-        .invoke(con)?;
+        .arg(value.unwrap_or_default());
+    if let Place::Slot { n, .. } = place {
+        call.key(url.slots_key()).arg(n);
+    }
+    let answer: i64 = call.invoke(con)?;
     Ok(ours(answer))
 }
 
@@ -285,18 +402,23 @@ pub fn renew(
 pub fn release(
     con: &mut redis::Connection,
     scripts: &Scripts,
-    url: &RedisUrl,
+    (url, place): (&RedisUrl, Place),
     token: i64,
     last: Option<&[u8]>,
 ) -> redis::RedisResult<Ours> {
-    let answer: i64 = scripts
-        .release
-        .key(&url.name)
-        .key(url.last_key())
+    let mut call = scripts.release.prepare_invoke();
+    call.key(place.key(url))
+        .key(place.last_key(url))
         .arg(token)
         .arg(last.unwrap_or_default())
-        .arg(url.channel())
-        .invoke(con)?;
+        .arg(url.channel());
+    if let Place::Slot { n, .. } = place {
+        call.key(url.slots_key());
+        for k in 1..=n {
+            call.key(url.slot_key(k));
+        }
+    }
+    let answer: i64 = call.invoke(con)?;
     Ok(ours(answer))
 }
 

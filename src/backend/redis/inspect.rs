@@ -84,7 +84,13 @@ mod reading {
     use crate::inspect::{Holder, Report, State};
     use crate::record::Record;
 
-    type Read = (Option<Vec<u8>>, i64, Option<Vec<u8>>, Option<i64>);
+    type Read = (
+        Option<Vec<u8>>,
+        i64,
+        Option<Vec<u8>>,
+        Option<i64>,
+        Option<u16>,
+    );
 
     pub fn inspect(url: &RedisUrl) -> Report {
         let mut report = Report::free(url.text.clone());
@@ -106,8 +112,10 @@ mod reading {
             .arg(url.last_key())
             .cmd("GET")
             .arg(url.fencing_key())
+            .cmd("GET")
+            .arg(url.slots_key())
             .query(&mut con);
-        let (value, pttl, last, counter) = match read {
+        let (value, pttl, last, counter, slots) = match read {
             Ok(read) => read,
             Err(e) => return unknown(report, client::explain(url, &e)),
         };
@@ -122,17 +130,17 @@ mod reading {
             appendfsync: None,
         };
         persistence(&mut con, &mut lock);
+        if let Some(n) = slots.filter(|n| *n >= 1) {
+            return match slots_report(url, &mut con, n, lock) {
+                Ok(report) => report,
+                Err(e) => unknown(report, client::explain(url, &e)),
+            };
+        }
         match value {
             Some(value) => {
-                report.state = State::Held;
                 lock.fencing_token = token_of(&value);
                 lock.ttl_ms = Some(pttl);
-                report.record = Record::parse(&value);
-                report.record_holder_alive = Some(true);
-                if let Some(record) = &report.record {
-                    report.record_holder_alive = Some(lease_keeper_alive(record));
-                    report.holders = Holder::named_by(record).into_iter().collect();
-                }
+                held(&mut report, &value);
             }
             None => {
                 report.record = last.as_deref().and_then(Record::parse);
@@ -141,6 +149,58 @@ mod reading {
         }
         report.service = Some(lock.into());
         report
+    }
+
+    /// The lock used with `--slots N` (its `NAME:slots` says N while any
+    /// slot is held): a report per slot, held by its key's value or free
+    /// with its last holder.
+    fn slots_report(
+        url: &RedisUrl,
+        con: &mut redis::Connection,
+        n: u16,
+        lock: RedisLock,
+    ) -> redis::RedisResult<Report> {
+        let keys: Vec<String> = (1..=n).map(|k| url.slot_key(k)).collect();
+        let lasts: Vec<String> = (1..=n).map(|k| url.slot_last_key(k)).collect();
+        let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&keys).query(con)?;
+        let last_values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&lasts).query(con)?;
+        let slot_reports: Vec<Report> = (1..=n)
+            .zip(values.into_iter().zip(last_values))
+            .map(|(k, (value, last))| {
+                let mut slot = Report::free(format!("{}.slot{k}", url.text));
+                match value {
+                    Some(value) => held(&mut slot, &value),
+                    None => {
+                        slot.record = last.as_deref().and_then(Record::parse);
+                        slot.record_holder_alive = Some(false);
+                    }
+                }
+                slot
+            })
+            .collect();
+        let any_held = slot_reports.iter().any(|s| s.state == State::Held);
+        Ok(Report {
+            state: if any_held { State::Held } else { State::Free },
+            holders: slot_reports
+                .iter()
+                .flat_map(|s| s.holders.clone())
+                .collect(),
+            slots: Some(n),
+            slot_reports: Some(slot_reports),
+            service: Some(lock.into()),
+            ..Report::free(url.text.clone())
+        })
+    }
+
+    /// A report held by a key whose value is `value`.
+    fn held(report: &mut Report, value: &[u8]) {
+        report.state = State::Held;
+        report.record = Record::parse(value);
+        report.record_holder_alive = Some(true);
+        if let Some(record) = &report.record {
+            report.record_holder_alive = Some(lease_keeper_alive(record));
+            report.holders = Holder::named_by(record).into_iter().collect();
+        }
     }
 
     /// `INFO replication` and `CONFIG GET appendonly appendfsync`, each

@@ -17,7 +17,7 @@
 //! (a deadline, a signal). Waiters are not queued: whoever's attempt
 //! comes first after a release gets the lock.
 
-use super::client::{self, Attempt, CONNECT_TIMEOUT, Ours, Scripts};
+use super::client::{self, Attempt, CONNECT_TIMEOUT, Ours, Place, Scripts};
 use super::session::{Ending, Session};
 use super::{RedisUrl, RunOptions};
 use crate::backend::{Backend, Blocking, Capabilities, Contender, Held};
@@ -25,7 +25,7 @@ use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::record::Record;
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 /// lockrun) gives no time to sleep until: look again this often.
 const NO_EXPIRY_LOOK: Duration = Duration::from_secs(5);
 
-/// The token got and when the call that got it was sent (the lease
-/// counts from then).
-type Got = Arc<Mutex<Option<(i64, Instant)>>>;
+/// The token got, the slot with `--slots`, and when the call that got it
+/// was sent (the lease counts from then).
+type Got = Arc<Mutex<Option<(i64, Option<u16>, Instant)>>>;
 
 pub struct RedisBackend {
     url: RedisUrl,
@@ -51,6 +51,11 @@ pub struct RedisBackend {
     got: Got,
     /// The holder's value, as the last attempt saw it.
     owner: Option<Vec<u8>>,
+    /// `--slots N`.
+    slots: Option<u16>,
+    /// The exit status of the last failure: 64 for a disagreeing N, set
+    /// by the waiting thread too.
+    status: Arc<AtomicU8>,
     /// Where `interrupt` wakes our own waiting thread.
     wake_channel: String,
     stop: Arc<AtomicBool>,
@@ -86,6 +91,8 @@ impl RedisBackend {
             label: label.to_owned(),
             got: Arc::new(Mutex::new(None)),
             owner: None,
+            slots: opts.slots,
+            status: Arc::new(AtomicU8::new(exit_codes::UNAVAILABLE)),
             wake_channel,
             stop: Arc::new(AtomicBool::new(false)),
         })
@@ -95,7 +102,7 @@ impl RedisBackend {
         unavailable(&self.label, why)
     }
 
-    fn got(&self) -> Option<(i64, Instant)> {
+    fn got(&self) -> Option<(i64, Option<u16>, Instant)> {
         *self.got.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -118,20 +125,37 @@ impl Contender for RedisBackend {
         };
         client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
         let sent = Instant::now();
-        let answer = client::attempt(&mut con, &self.scripts, &self.url, &self.record, self.ttl);
+        let answer = client::attempt(
+            &mut con,
+            &self.scripts,
+            &self.url,
+            (&self.record, self.slots),
+            self.ttl,
+        );
+        let answer = match answer {
+            Ok(answer) => answer,
+            // A connection whose call failed is not used again.
+            Err(e) => return Err(self.failure(&client::explain(&self.url, &e))),
+        };
+        self.con = Some(con);
         match answer {
-            Ok(Attempt::Acquired(token)) => {
-                self.con = Some(con);
-                *self.got.lock().unwrap_or_else(PoisonError::into_inner) = Some((token, sent));
+            Attempt::Acquired(token, slot) => {
+                *self.got.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((token, slot, sent));
                 Ok(true)
             }
-            Ok(Attempt::Held { value, .. }) => {
-                self.con = Some(con);
-                self.owner = Some(value);
+            Attempt::Held { value, .. } => {
+                self.owner = (!value.is_empty()).then_some(value);
                 Ok(false)
             }
-            // A connection whose call failed is not used again.
-            Err(e) => Err(self.failure(&client::explain(&self.url, &e))),
+            Attempt::OtherSlots(theirs) => {
+                let who = self.slot_holders().unwrap_or_default();
+                Err(self.disagree(disagreement(&self.label, self.slots, Some(theirs), &who)))
+            }
+            Attempt::Plain(value) => {
+                let who = holder_text(Some(&value), &self.url.name);
+                Err(self.disagree(disagreement(&self.label, self.slots, None, &who)))
+            }
         }
     }
 
@@ -143,9 +167,11 @@ impl Contender for RedisBackend {
         let stop = Arc::clone(&self.stop);
         let wake = self.wake_channel.clone();
         let label = self.label.clone();
+        let slots = self.slots;
+        let status = Arc::clone(&self.status);
         Ok(Box::new(move || {
-            let fail = |why: String| unavailable(&label, &why);
-            wait_and_take(&url, &record, ttl, &got, &stop, &wake).map_err(fail)
+            wait_and_take(&url, (&record, slots), ttl, (&got, &stop, &wake), &label)
+                .inspect_err(|failure| status.store(failure.status, SeqCst))
         }))
     }
 
@@ -165,16 +191,20 @@ impl Contender for RedisBackend {
     fn undo(&mut self) {
         // Got just as a signal ended the wait: let go at once rather than
         // leave the key for a TTL.
-        if let Some((token, _)) = self.got()
+        if let Some((token, slot, _)) = self.got()
             && self.connection().is_ok()
             && let Some(con) = self.con.as_mut()
         {
             client::set_deadline(con, Instant::now() + Duration::from_secs(2));
-            let _ = client::release(con, &self.scripts, &self.url, token, None);
+            let place = place_of(self.slots, slot);
+            let _ = client::release(con, &self.scripts, (&self.url, place), token, None);
         }
     }
 
     fn holder(&mut self) -> Option<String> {
+        if self.slots.is_some() {
+            return self.slot_holders();
+        }
         let key = self.url.name.clone();
         let con = self.connection().ok()?;
         client::set_deadline(con, Instant::now() + Duration::from_secs(2));
@@ -186,6 +216,9 @@ impl Contender for RedisBackend {
     }
 
     fn conflict_holder(&mut self) -> String {
+        if self.slots.is_some() {
+            return self.slot_holders().unwrap_or_default();
+        }
         match self.owner.as_deref() {
             Some(value) => holder_text(Some(value), &self.url.name),
             None => self.holder().unwrap_or_default(),
@@ -197,32 +230,44 @@ impl Contender for RedisBackend {
 /// after each wake-up, until the lock is ours or the wait is ended.
 fn wait_and_take(
     url: &RedisUrl,
-    record: &[u8],
+    (record, slots): (&[u8], Option<u16>),
     ttl: Duration,
-    got: &Got,
-    stop: &AtomicBool,
-    wake: &str,
-) -> Result<(), String> {
-    let mut sub = client::connect(url, CONNECT_TIMEOUT)?;
-    let mut con = client::connect(url, CONNECT_TIMEOUT)?;
+    (got, stop, wake): (&Got, &AtomicBool, &str),
+    label: &str,
+) -> Result<(), Failure> {
+    let fail = |why: String| unavailable(label, &why);
+    let mut sub = client::connect(url, CONNECT_TIMEOUT).map_err(fail)?;
+    let mut con = client::connect(url, CONNECT_TIMEOUT).map_err(fail)?;
     let scripts = Scripts::new();
     let mut pubsub = sub.as_pubsub();
     pubsub
         .subscribe(&[url.channel().as_str(), wake])
-        .map_err(|e| client::explain(url, &e))?;
+        .map_err(|e| fail(client::explain(url, &e)))?;
     loop {
         if stop.load(SeqCst) {
-            return Err("the wait was ended".to_owned());
+            return Err(fail("the wait was ended".to_owned()));
         }
         client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
         let sent = Instant::now();
-        let pttl = match client::attempt(&mut con, &scripts, url, record, ttl) {
-            Ok(Attempt::Acquired(token)) => {
-                *got.lock().unwrap_or_else(PoisonError::into_inner) = Some((token, sent));
+        let pttl = match client::attempt(&mut con, &scripts, url, (record, slots), ttl) {
+            Ok(Attempt::Acquired(token, slot)) => {
+                *got.lock().unwrap_or_else(PoisonError::into_inner) = Some((token, slot, sent));
                 return Ok(());
             }
             Ok(Attempt::Held { pttl, .. }) => pttl,
-            Err(e) => return Err(client::explain(url, &e)),
+            Ok(Attempt::OtherSlots(theirs)) => {
+                return Err(disagreement(
+                    label,
+                    slots,
+                    Some(theirs),
+                    "another contender",
+                ));
+            }
+            Ok(Attempt::Plain(value)) => {
+                let who = holder_text(Some(&value), &url.name);
+                return Err(disagreement(label, slots, None, &who));
+            }
+            Err(e) => return Err(fail(client::explain(url, &e))),
         };
         // Until a release message (or our own wake-up), or until the
         // holder's key expires on its own.
@@ -232,12 +277,76 @@ fn wait_and_take(
         };
         pubsub
             .set_read_timeout(Some(sleep.max(Duration::from_millis(1))))
-            .map_err(|e| client::explain(url, &e))?;
+            .map_err(|e| fail(client::explain(url, &e)))?;
         match pubsub.get_message() {
             Ok(_) => {}
             Err(e) if e.is_timeout() => {}
-            Err(e) => return Err(client::explain(url, &e)),
+            Err(e) => return Err(fail(client::explain(url, &e))),
         }
+    }
+}
+
+/// The usage error for contenders that disagree on N: `ours` is what this
+/// one gave, `theirs` what the lock is used with (`None`: held without
+/// --slots, by `who`).
+fn disagreement(label: &str, ours: Option<u16>, theirs: Option<u16>, who: &str) -> Failure {
+    let ours = match ours {
+        Some(n) => format!("not --slots {n}"),
+        None => "but this lockrun has no --slots".to_owned(),
+    };
+    let message = match theirs {
+        Some(n) => format!(
+            "{label} is used with --slots {n} (held by {who}), {ours}: every contender must give the same number"
+        ),
+        None => format!(
+            "{label} is held without --slots (by {who}), {ours}: every contender must give the same number"
+        ),
+    };
+    Failure::new(exit_codes::USAGE, message)
+}
+
+fn place_of(slots: Option<u16>, slot: Option<u16>) -> Place {
+    match (slots, slot) {
+        (Some(n), Some(k)) => Place::Slot { n, k },
+        _ => Place::Plain,
+    }
+}
+
+impl RedisBackend {
+    fn disagree(&self, failure: Failure) -> Failure {
+        self.status.store(exit_codes::USAGE, SeqCst);
+        failure
+    }
+
+    /// `--slots N`: who holds each slot, for the status line and the
+    /// conflict message (the N slot keys' values, in one call).
+    fn slot_holders(&mut self) -> Option<String> {
+        let n = self.slots.unwrap_or(1);
+        let keys: Vec<String> = (1..=n).map(|k| self.url.slot_key(k)).collect();
+        let con = self.connection().ok()?;
+        client::set_deadline(con, Instant::now() + Duration::from_secs(2));
+        let values: Vec<Option<Vec<u8>>> = match redis::cmd("MGET").arg(&keys).query(con) {
+            Ok(values) => values,
+            Err(_) => {
+                self.con = None;
+                return None;
+            }
+        };
+        let each: Vec<String> = (1..=n)
+            .zip(values)
+            .filter_map(|(k, value)| {
+                let value = value?;
+                Some(format!(
+                    "slot {k}: {}",
+                    holder_text(Some(&value), &keys[usize::from(k - 1)])
+                ))
+            })
+            .collect();
+        Some(if each.is_empty() {
+            format!("{n} commands, one per slot (they released a moment ago)")
+        } else {
+            format!("{n} commands, one per slot ({})", each.join("; "))
+        })
     }
 }
 
@@ -246,22 +355,27 @@ impl Backend for RedisBackend {
     const CAPS: Capabilities = super::CAPS;
 
     fn failure_status(&self) -> u8 {
-        exit_codes::UNAVAILABLE
+        self.status.load(SeqCst)
     }
 
     fn give_up(self) {}
 
     fn acquired(mut self, _record: Option<&Record>, verbose: bool) -> Result<RedisHeld, Failure> {
-        let Some((token, sent)) = self.got() else {
+        let Some((token, slot, sent)) = self.got() else {
             return Err(self.failure("lost track of the fencing token"));
         };
         let con = match self.con.take() {
             Some(con) => con,
             None => client::connect(&self.url, CONNECT_TIMEOUT).map_err(|e| self.failure(&e))?,
         };
+        let place = place_of(self.slots, slot);
         if verbose || self.verbose {
+            let what = match place {
+                Place::Slot { n, k } => format!("slot {k} of {n} of the lock"),
+                Place::Plain => "the lock".to_owned(),
+            };
             crate::say!(
-                "lockrun: took the lock {} on {} (fencing token {token}, TTL {})",
+                "lockrun: took {what} {} on {} (fencing token {token}, TTL {})",
                 display::escape(&self.url.name),
                 display::escape(&self.url.address()),
                 display::span(self.ttl)
@@ -269,13 +383,14 @@ impl Backend for RedisBackend {
         }
         let session = Session::start(
             (self.url.clone(), con),
-            token,
+            (token, place),
             (sent, self.ttl),
             self.kill_grace,
         );
         Ok(RedisHeld {
             url: self.url,
             session,
+            place,
             token,
             ttl: self.ttl,
             last: None,
@@ -286,6 +401,7 @@ impl Backend for RedisBackend {
 pub struct RedisHeld {
     url: RedisUrl,
     session: Session,
+    place: Place,
     token: i64,
     ttl: Duration,
     /// The record to keep under `NAME:last` at the release.
@@ -294,7 +410,11 @@ pub struct RedisHeld {
 
 impl Held for RedisHeld {
     fn env(&self) -> Vec<(&'static str, OsString)> {
-        crate::backend::url_env(self.token, None)
+        let slot = match self.place {
+            Place::Slot { k, .. } => Some(k),
+            Place::Plain => None,
+        };
+        crate::backend::url_env(self.token, slot)
     }
 
     fn dies_with_lockrun(&self) -> bool {
@@ -355,7 +475,7 @@ impl Held for RedisHeld {
             client::release(
                 &mut con,
                 &Scripts::new(),
-                &self.url,
+                (&self.url, self.place),
                 self.token,
                 self.last.as_deref(),
             )
@@ -367,11 +487,11 @@ impl Held for RedisHeld {
             // while the command ran.
             Ok(Ours::Gone) => Err(format!(
                 "the lock key {} was gone from Redis when the command ended (its lease expired or it was deleted), so another holder may have had the lock meanwhile",
-                display::escape(&self.url.name)
+                display::escape(&self.place.key(&self.url))
             )),
             Ok(Ours::Other) => Err(format!(
                 "the lock key {} held another fencing token than ours ({}) when the command ended, so another holder had the lock meanwhile",
-                display::escape(&self.url.name),
+                display::escape(&self.place.key(&self.url)),
                 self.token
             )),
             Err(e) => {

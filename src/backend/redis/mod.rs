@@ -39,7 +39,7 @@ pub const CAPS: crate::backend::Capabilities = crate::backend::Capabilities {
     poll: false,
     lease: true,
     byte_ranges: false,
-    slots: false,
+    slots: true,
     stays_to: "renew the lease",
     woken_by: "the holder's release message",
 };
@@ -214,6 +214,21 @@ impl RedisUrl {
     /// Where the last holder's record stays after its release.
     pub fn last_key(&self) -> String {
         format!("{}:last", self.name)
+    }
+
+    /// `--slots N`: where N is stated while any slot is held.
+    pub fn slots_key(&self) -> String {
+        format!("{}:slots", self.name)
+    }
+
+    /// `--slots N`: slot K's key (1..=N).
+    pub fn slot_key(&self, k: u16) -> String {
+        format!("{}:slot:{k}", self.name)
+    }
+
+    /// `--slots N`: where slot K's last holder's record stays.
+    pub fn slot_last_key(&self, k: u16) -> String {
+        format!("{}:slot:{k}:last", self.name)
     }
 
     /// Where a release is announced, to wake the waiters.

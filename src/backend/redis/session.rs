@@ -18,7 +18,7 @@
 //! or overwritten from outside within TTL/4.
 
 use super::RedisUrl;
-use super::client::{self, Ours, Scripts};
+use super::client::{self, Ours, Place, Scripts};
 use crate::backend::lost;
 use crate::sync::Shared as Guarded;
 use std::sync::Arc;
@@ -76,7 +76,7 @@ impl Session {
     /// set by a call sent at `sent` with `ttl`.
     pub fn start(
         (url, con): (RedisUrl, redis::Connection),
-        token: i64,
+        (token, place): (i64, Place),
         (sent, ttl): (Instant, Duration),
         grace: Duration,
     ) -> Session {
@@ -95,7 +95,7 @@ impl Session {
         let thread = crate::platform::with_signals_blocked(|| {
             std::thread::Builder::new()
                 .name("redis-lease".into())
-                .spawn(move || keep_alive(&inner, &url, token, ttl, grace))
+                .spawn(move || keep_alive(&inner, (&url, place), token, ttl, grace))
         })
         .ok();
         if thread.is_none() {
@@ -153,7 +153,13 @@ impl Session {
     }
 }
 
-fn keep_alive(shared: &Shared, url: &RedisUrl, token: i64, ttl: Duration, grace: Duration) {
+fn keep_alive(
+    shared: &Shared,
+    (url, place): (&RedisUrl, Place),
+    token: i64,
+    ttl: Duration,
+    grace: Duration,
+) {
     let scripts = Scripts::new();
     let interval = (ttl / 4).max(Duration::from_millis(50));
     let mut next = Instant::now() + interval;
@@ -182,7 +188,15 @@ fn keep_alive(shared: &Shared, url: &RedisUrl, token: i64, ttl: Duration, grace:
             (state.con.take(), state.store.take(), state.valid_until)
         };
         let sent = Instant::now();
-        let result = renew_once(con, url, &scripts, token, ttl, store.as_deref(), deadline);
+        let result = renew_once(
+            con,
+            (url, place),
+            &scripts,
+            token,
+            ttl,
+            store.as_deref(),
+            deadline,
+        );
         let mut state = shared.lock();
         state.in_flight = false;
         shared.notify();
@@ -201,14 +215,14 @@ fn keep_alive(shared: &Shared, url: &RedisUrl, token: i64, ttl: Duration, grace:
             Ok((_, Ours::Gone)) => {
                 let reason = format!(
                     "the lock key {} is gone from Redis (it expired, or was deleted)",
-                    crate::display::escape(&url.name)
+                    crate::display::escape(&place.key(url))
                 );
                 return enforce(shared, state, reason, grace, false);
             }
             Ok((_, Ours::Other)) => {
                 let reason = format!(
                     "the lock key {} no longer holds our fencing token {token} (it was overwritten, or expired and taken by another holder)",
-                    crate::display::escape(&url.name)
+                    crate::display::escape(&place.key(url))
                 );
                 return enforce(shared, state, reason, grace, false);
             }
@@ -234,7 +248,7 @@ fn keep_alive(shared: &Shared, url: &RedisUrl, token: i64, ttl: Duration, grace:
 /// One renewal on `con` (or a new connection), answered by `deadline`.
 fn renew_once(
     con: Option<redis::Connection>,
-    url: &RedisUrl,
+    (url, place): (&RedisUrl, Place),
     scripts: &Scripts,
     token: i64,
     ttl: Duration,
@@ -246,7 +260,7 @@ fn renew_once(
         None => client::connect(url, deadline.saturating_duration_since(Instant::now()))?,
     };
     client::set_deadline(&con, deadline);
-    match client::renew(&mut con, scripts, &url.name, token, ttl, store) {
+    match client::renew(&mut con, scripts, (url, place), token, ttl, store) {
         Ok(ours) => Ok((con, ours)),
         // Dropped: an answer arriving late must not be read as the next.
         Err(e) => Err(client::explain(url, &e)),
