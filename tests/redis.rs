@@ -25,6 +25,8 @@ const SERVER: &str = "/usr/bin/redis-server";
 /// A private redis-server; stopped (and its directory removed) on drop.
 struct Redis {
     port: u16,
+    /// With TLS (see `start_tls`): the TLS port.
+    tls_port: u16,
     child: Child,
     dir: tempfile::TempDir,
 }
@@ -58,10 +60,34 @@ fn missing(what: &str) {
 impl Redis {
     /// `None` (after a loud skip) when redis-server is not installed.
     fn start() -> Option<Redis> {
-        Redis::start_with(&[])
+        Redis::start_with(&[], false)
     }
 
-    fn start_with(extra: &[&str]) -> Option<Redis> {
+    /// Also serving TLS on a second port with the test CA's certificate;
+    /// `clients`: asking clients for a certificate of that CA too.
+    fn start_tls(pki: &Pki, clients: bool) -> Option<Redis> {
+        let (cert, key, ca) = (
+            pki.file("server.pem"),
+            pki.file("server.key"),
+            pki.file("ca.pem"),
+        );
+        let auth = if clients { "yes" } else { "no" };
+        Redis::start_with(
+            &[
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                auth,
+            ],
+            true,
+        )
+    }
+
+    fn start_with(extra: &[&str], tls: bool) -> Option<Redis> {
         let Some(server) = server_binary() else {
             missing("redis-server");
             return None;
@@ -73,6 +99,7 @@ impl Redis {
         for _ in 0..5 {
             let dir = temp_dir();
             let port = free_port();
+            let tls_port = if tls { free_port() } else { 0 };
             let log = std::fs::File::create(dir.path().join("log")).expect("redis log");
             let mut cmd = Command::new(&server);
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -80,6 +107,7 @@ impl Redis {
                 .args(["--enable-debug-command", "local"])
                 .arg("--dir")
                 .arg(dir.path())
+                .args(["--tls-port", &tls_port.to_string()])
                 .args(extra)
                 .stdin(Stdio::null())
                 .stdout(log)
@@ -87,7 +115,12 @@ impl Redis {
                 // not leave a stopped process in the harness's group.
                 .process_group(0);
             let child = cmd.spawn().expect("start redis-server");
-            let mut redis = Redis { port, child, dir };
+            let mut redis = Redis {
+                port,
+                tls_port,
+                child,
+                dir,
+            };
             let deadline = Instant::now() + BOUND;
             loop {
                 if redis.child.try_wait().expect("try_wait").is_some() {
@@ -142,6 +175,97 @@ impl Redis {
 
     fn signal(&self, sig: &str) {
         kill(self.child.id() as i32, sig);
+    }
+}
+
+/// Certificates made for one test with the openssl CLI: a CA, a server
+/// certificate for 127.0.0.1, a client certificate, and a second CA that
+/// signed neither.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn make() -> Option<Pki> {
+        if !needs("openssl", "Debian: apt-get install openssl") {
+            return None;
+        }
+        let pki = Pki { dir: temp_dir() };
+        let d = pki.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .expect("run openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(
+            d.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("ext");
+        std::fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (subject, k, pem) = (
+                format!("/CN=lockrun test {ca}"),
+                format!("{ca}.key"),
+                format!("{ca}.pem"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &pem, "-days", "2", "-subj", &subject]);
+            openssl(&args);
+        }
+        for (name, cn, ext) in [
+            ("server", "redis server", "server.ext"),
+            ("client", "app", "client.ext"),
+        ] {
+            let (k, csr, pem, subject) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("/CN={cn}"),
+            );
+            let mut args = vec!["req"];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &csr, "-subj", &subject]);
+            openssl(&args);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                ext,
+            ]);
+        }
+        // redis-server reads its key as another user would: readable.
+        Some(pki)
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).to_string_lossy().into_owned()
     }
 }
 
@@ -784,4 +908,80 @@ fn a_lost_slot_stops_its_command_76_and_frees_only_that_slot() {
     );
     first.release();
     assert!(first.wait_exit(BOUND).success());
+}
+
+#[test]
+fn rediss_verifies_the_server_with_the_ca_given_and_refuses_another() {
+    let Some(pki) = Pki::make() else { return };
+    let Some(redis) = Redis::start_tls(&pki, false) else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}#secure", redis.tls_port);
+    let ca = pki.file("ca.pem");
+    let out = lockrun()
+        .args([
+            "--cacert",
+            &ca,
+            &url,
+            "sh",
+            "-c",
+            "echo $LOCKRUN_FENCING_TOKEN",
+        ])
+        .assert()
+        .success();
+    let token = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(token.trim().parse::<i64>().is_ok(), "{token}");
+    // holder/check take the same option.
+    lockrun()
+        .args(["check", "--cacert", &ca, &url])
+        .assert()
+        .code(1);
+    assert_eq!(redis.cli(&["EXISTS", "secure:last"]), "1");
+    // Another CA, or none (the system's roots): 69, saying it was TLS.
+    for args in [vec!["--cacert", &*pki.file("other-ca.pem")], vec![]] {
+        let out = lockrun().args(&args).args([&url, "true"]).assert().code(69);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(stderr.contains("TLS with Redis at 127.0.0.1"), "{stderr}");
+    }
+    // TLS files with a plain redis:// URL: a usage error saying what to
+    // write instead.
+    let plain = format!("redis://127.0.0.1:{}#secure", redis.port);
+    let out = lockrun()
+        .args(["--cacert", &ca, &plain, "true"])
+        .assert()
+        .code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("write the lock URL as rediss://"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn rediss_presents_the_client_certificate_when_the_server_asks() {
+    let Some(pki) = Pki::make() else { return };
+    let Some(redis) = Redis::start_tls(&pki, true) else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}#mtls", redis.tls_port);
+    let (ca, cert, key) = (
+        pki.file("ca.pem"),
+        pki.file("client.pem"),
+        pki.file("client.key"),
+    );
+    lockrun()
+        .args([
+            "--cacert", &ca, "--cert", &cert, "--key", &key, &url, "true",
+        ])
+        .assert()
+        .success();
+    // Without it the server hangs up: 69.
+    lockrun()
+        .args(["--cacert", &ca, &url, "true"])
+        .assert()
+        .code(69);
+    lockrun()
+        .args(["--cacert", &ca, "--cert", &cert, &url, "true"])
+        .assert()
+        .code(64);
 }

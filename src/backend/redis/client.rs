@@ -237,13 +237,49 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
     let info = redis::IntoConnectionInfo::into_connection_info(addr)
         .map(|info: ConnectionInfo| info.set_redis_settings(redis))
         .map_err(|e| explain(url, &e))?;
-    let client = redis::Client::open(info).map_err(|e| explain(url, &e))?;
+    let client = if url.files == super::TlsFiles::default() {
+        redis::Client::open(info)
+    } else {
+        redis::Client::build_with_tls(info, certificates(&url.files)?)
+    }
+    .map_err(|e| explain(url, &e))?;
     let timeout = timeout.max(Duration::from_millis(10));
-    let con = client
-        .get_connection_with_timeout(timeout)
-        .map_err(|e| explain(url, &e))?;
+    let con = client.get_connection_with_timeout(timeout).map_err(|e| {
+        if url.tls && (e.is_io_error() || e.kind() == redis::ErrorKind::InvalidClientConfig) {
+            format!(
+                "TLS with Redis at {} failed (does it serve TLS on that port, and does --cacert, or else the system's roots, hold the CA that signed its certificate for this host name?): {e}",
+                url.address()
+            )
+        } else {
+            explain(url, &e)
+        }
+    })?;
     set_deadline(&con, Instant::now() + CALL_TIMEOUT);
     Ok(con)
+}
+
+/// The PEM files `--cacert`, `--cert` and `--key` name, read without
+/// ever blocking on a FIFO.
+fn certificates(files: &super::TlsFiles) -> Result<redis::TlsCertificates, String> {
+    let read = |path: &std::path::Path, role: &str| {
+        crate::platform::read_regular(path)
+            .map_err(|e| format!("cannot read the {role} {}: {e}", path.display()))
+    };
+    let root_cert = match &files.cacert {
+        Some(path) => Some(read(path, "CA certificate (--cacert)")?),
+        None => None,
+    };
+    let client_tls = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "client certificate (--cert)")?,
+            client_key: read(key, "client key (--key)")?,
+        }),
+        _ => None,
+    };
+    Ok(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    })
 }
 
 /// The next call on `con` must be answered by `deadline`.

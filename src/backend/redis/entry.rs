@@ -1,30 +1,109 @@
 //! What the registry (src/registry.rs) asks of the Redis backend: its
-//! command-line options (none of its own yet: the URL and the environment
-//! say everything), its words for `--help` and the man pages, reading a
+//! command-line options (`--cacert`, `--cert`, `--key` for rediss://,
+//! shared with etcd's), its words for `--help` and the man pages, reading a
 //! LOCKFILE argument that is a redis:// URL, and starting its lock for
 //! the run form. Compiled in every build; what needs the client is behind
 //! [`ENABLED`].
 
-use super::{ENABLED, RedisUrl, RunOptions, not_built};
+use super::{ENABLED, RedisUrl, RunOptions, TlsFiles, not_built};
 use crate::backend::{UrlBase, Words};
 use crate::exit_codes::{self, Failure};
 use std::ffi::OsStr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The lock a LOCKFILE argument names, parsed.
 pub type Url = RedisUrl;
 
-/// No options of its own yet (the URL and the environment say
-/// everything); a type of its own, as clap names an options group after
-/// its type and PostgreSQL's `NoArgs` is in the same command.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
-pub struct RedisArgs {}
+/// `--cacert`, `--cert` and `--key`: the same options as etcd's (one set
+/// on the command line, CONTRACT §19), declared here only when etcd's
+/// are not (a build without etcd), and read by their names either way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisArgs {
+    pub files: TlsFiles,
+}
+
+/// What each option is: its name, value name, and help for a build
+/// without etcd; with etcd, its help is widened to say it is Redis's too.
+const TLS_OPTIONS: [(&str, &str, &str); 3] = [
+    (
+        "cacert",
+        "FILE",
+        "rediss:// lock URL only: verify the server's certificate with this CA (default: the system's roots)",
+    ),
+    (
+        "cert",
+        "FILE",
+        "rediss:// lock URL only: client certificate (TLS), with --key",
+    ),
+    (
+        "key",
+        "FILE",
+        "rediss:// lock URL only: the client certificate's private key",
+    ),
+];
+
+impl clap::FromArgMatches for RedisArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let get = |id: &str| matches.try_get_one::<PathBuf>(id).ok().flatten().cloned();
+        Ok(RedisArgs {
+            files: TlsFiles {
+                cacert: get("cacert"),
+                cert: get("cert"),
+                key: get("key"),
+            },
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for RedisArgs {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for (id, value_name, help) in TLS_OPTIONS {
+            if cmd.get_arguments().any(|a| a.get_id() == id) {
+                // etcd's: the same option, for both.
+                cmd = cmd.mut_arg(id, |arg| {
+                    let theirs = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                    let shared =
+                        theirs.replacen("etcd lock URL only", "etcd and rediss:// lock URLs", 1);
+                    arg.help(shared).help_heading("etcd and Redis TLS")
+                });
+                continue;
+            }
+            cmd = cmd.arg(
+                clap::Arg::new(id)
+                    .long(id)
+                    .value_name(value_name)
+                    .value_parser(clap::value_parser!(PathBuf))
+                    .help(help)
+                    .help_heading("Redis"),
+            );
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
 
 pub type Args = RedisArgs;
 pub type InspectArgs = RedisArgs;
 
-/// Never said: there are no such options.
-pub const ARGS_ONLY_HERE: &str = "";
+/// What a lock of another kind says to these options.
+pub const ARGS_ONLY_HERE: &str =
+    "--cacert, --cert and --key apply only to lock URLs over TLS (rediss://)";
+
+/// `--cacert`, `--cert` and `--key` are etcd's too.
+pub const TLS_FILES: bool = true;
+
+pub fn without_tls_files(_args: &Args) -> Args {
+    RedisArgs::default()
+}
 
 /// A redis:// URL may carry a password (refused, but hidden from `ps`
 /// first by main.rs).
@@ -54,8 +133,9 @@ pub fn parse_target(arg: &OsStr) -> Result<Url, Failure> {
     RedisUrl::from_arg(text).map_err(|e| Failure::new(exit_codes::USAGE, e))
 }
 
-pub fn with_inspect_args(url: Url, _args: &InspectArgs) -> Result<Url, Failure> {
-    Ok(url)
+pub fn with_inspect_args(url: Url, args: &InspectArgs) -> Result<Url, Failure> {
+    url.with_files(&args.files)
+        .map_err(|e| Failure::new(exit_codes::USAGE, e))
 }
 
 /// The shortest lease: renewals every TTL/4 must stay well above a round
@@ -63,7 +143,8 @@ pub fn with_inspect_args(url: Url, _args: &InspectArgs) -> Result<Url, Failure> 
 pub const SHORTEST_TTL: Duration = Duration::from_millis(500);
 
 /// The run form's options on a redis:// URL.
-pub fn run_options(url: Url, _args: &Args, base: UrlBase) -> Result<RunOptions, Failure> {
+pub fn run_options(url: Url, args: &Args, base: UrlBase) -> Result<RunOptions, Failure> {
+    let url = with_inspect_args(url, args)?;
     if let Some(ttl) = base.ttl
         && ttl < SHORTEST_TTL
     {

@@ -90,6 +90,15 @@ impl fmt::Debug for Password {
     }
 }
 
+/// `--cacert`, `--cert`, `--key`: the server's CA (instead of the
+/// system's roots) and a client certificate, for rediss://.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cacert: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
 /// A parsed lock URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisUrl {
@@ -102,6 +111,7 @@ pub struct RedisUrl {
     pub password: Option<Password>,
     /// `rediss://`: TLS, the server's certificate verified.
     pub tls: bool,
+    pub files: TlsFiles,
     /// The lock's name (the fragment, percent-decoded): the key.
     pub name: String,
     /// The URL as written, for messages, records and `LOCKRUN_LOCKFILE`.
@@ -192,9 +202,32 @@ impl RedisUrl {
             user,
             password,
             tls,
+            files: TlsFiles::default(),
             name,
             text: shown,
         })
+    }
+
+    /// The URL with the TLS files the command line gave.
+    pub fn with_files(mut self, files: &TlsFiles) -> Result<RedisUrl, String> {
+        if *files == TlsFiles::default() {
+            return Ok(self);
+        }
+        if !self.tls {
+            return Err(format!(
+                "--cacert, --cert and --key need TLS: write the lock URL as rediss://{}",
+                self.text.strip_prefix(SCHEME).unwrap_or(&self.text)
+            ));
+        }
+        match (&files.cert, &files.key) {
+            (Some(_), None) => {
+                return Err("--cert needs --key (the client certificate's private key)".into());
+            }
+            (None, Some(_)) => return Err("--key needs --cert (the client certificate)".into()),
+            _ => {}
+        }
+        self.files = files.clone();
+        Ok(self)
     }
 
     /// `HOST:PORT`, for messages.
