@@ -727,7 +727,7 @@ fn lock_url_usage_errors_exit_64_and_a_password_in_the_url_is_refused_unseen() {
         vec!["redis://127.0.0.1:1/db#x", "true"],
         vec!["redis://127.0.0.1:1?x=1#x", "true"],
         vec!["redis://127.0.0.1:1#a%0Ab", "true"],
-        vec!["redis+sentinel://127.0.0.1:1/m#x", "true"],
+        vec!["redis+sentinel://127.0.0.1:1#x", "true"],
         vec!["-s", "redis://127.0.0.1:1#x", "true"],
         vec!["-F", "redis://127.0.0.1:1#x", "true"],
         vec!["--poll", "1", "redis://127.0.0.1:1#x", "true"],
@@ -984,4 +984,175 @@ fn rediss_presents_the_client_certificate_when_the_server_asks() {
         .args(["--cacert", &ca, "--cert", &cert, &url, "true"])
         .assert()
         .code(64);
+}
+
+/// A primary, its replica, and one Sentinel watching them.
+struct Sentinelled {
+    primary: Redis,
+    replica: Redis,
+    sentinel: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sentinelled {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+    }
+}
+
+impl Sentinelled {
+    fn start() -> Option<Sentinelled> {
+        let sentinel_bin = ["/usr/bin/redis-sentinel", "redis-sentinel"]
+            .into_iter()
+            .find(|b| Path::new(b).exists() || has(b));
+        let Some(sentinel_bin) = sentinel_bin else {
+            missing("redis-sentinel");
+            return None;
+        };
+        let primary = Redis::start()?;
+        let replica = Redis::start_with(
+            &["--replicaof", "127.0.0.1", &primary.port.to_string()],
+            false,
+        )?;
+        let dir = temp_dir();
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor lockm 127.0.0.1 {} 1\nsentinel down-after-milliseconds lockm 1000\nsentinel failover-timeout lockm 5000\n",
+                dir.path().display(),
+                primary.port
+            ),
+        )
+        .expect("sentinel.conf");
+        let sentinel = Command::new(sentinel_bin)
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start redis-sentinel");
+        let set = Sentinelled {
+            primary,
+            replica,
+            sentinel,
+            port,
+            _dir: dir,
+        };
+        wait_for("the replica to be in sync", || {
+            set.replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+        wait_for("the Sentinel to know the replica", || {
+            set.ask(&["SENTINEL", "replicas", "lockm"])
+                .lines()
+                .any(|l| l == "slave")
+        });
+        Some(set)
+    }
+
+    fn ask(&self, args: &[&str]) -> String {
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/lockm#{name}", self.port)
+    }
+
+    fn primary_port(&self) -> String {
+        self.ask(&["SENTINEL", "get-master-addr-by-name", "lockm"])
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+#[test]
+fn through_sentinel_a_holder_keeps_the_lock_across_a_failover() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = set.url("job");
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--ttl", "4s"],
+        Path::new(&url),
+        "echo ready $LOCKRUN_FENCING_TOKEN; read x",
+    );
+    let token: i64 = words[0].parse().expect("a token");
+    assert_eq!(set.primary.cli(&["EXISTS", "job"]), "1");
+    // The replica is promoted; the old primary becomes its replica.
+    assert_eq!(set.ask(&["SENTINEL", "FAILOVER", "lockm"]), "OK");
+    let replica = set.replica.port.to_string();
+    wait_for("the Sentinel to name the new primary", || {
+        set.primary_port() == replica
+    });
+    wait_for("the replica to be promoted", || {
+        set.replica.cli(&["ROLE"]).starts_with("master")
+    });
+    // Renewed on the new primary, found through the Sentinel (its calls
+    // of the renewal script there), past the TTL of the lease that the
+    // old primary had: still held by the same token.
+    let promoted = Instant::now();
+    let renewals = || {
+        set.replica
+            .cli(&["INFO", "commandstats"])
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum::<u64>()
+    };
+    wait_for("renewals on the new primary past the TTL", || {
+        renewals() >= 3 && promoted.elapsed() > Duration::from_secs(4)
+    });
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held", "{json} {}", holder.stderr_text());
+    assert_eq!(json["redis"]["fencing_token"], token, "{json}");
+    lockrun().args(["-n", &url, "true"]).assert().code(75);
+    holder.release();
+    assert!(
+        holder.wait_exit(BOUND).success(),
+        "{}",
+        holder.stderr_text()
+    );
+    // The counter came with the failover: the next token is larger.
+    let out = lockrun()
+        .args([&url, "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"])
+        .assert()
+        .success();
+    let next: i64 = String::from_utf8_lossy(&out.get_output().stdout)
+        .trim()
+        .parse()
+        .expect("a token");
+    assert!(next > token, "{next} after {token}");
+}
+
+#[test]
+fn a_sentinel_that_does_not_know_the_primary_is_69() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = format!("redis+sentinel://127.0.0.1:{}/nosuch#job", set.port);
+    let out = lockrun().args([&url, "true"]).assert().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("does not know a primary named nosuch"),
+        "{stderr}"
+    );
 }

@@ -217,15 +217,20 @@ pub fn explain(url: &RedisUrl, e: &redis::RedisError) -> String {
 /// A connection to `url`'s server, within `timeout`, its calls bounded by
 /// `CALL_TIMEOUT` until told otherwise.
 pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, String> {
+    let until = Instant::now() + timeout;
+    let (host, port) = match &url.sentinel {
+        Some(sentinel) => primary(sentinel, until)?,
+        None => (url.host.clone(), url.port),
+    };
     let addr = if url.tls {
         ConnectionAddr::TcpTls {
-            host: url.host.clone(),
-            port: url.port,
+            host,
+            port,
             insecure: false,
             tls_params: None,
         }
     } else {
-        ConnectionAddr::Tcp(url.host.clone(), url.port)
+        ConnectionAddr::Tcp(host, port)
     };
     let mut redis = RedisConnectionInfo::default().set_db(url.db);
     if let Some(user) = &url.user {
@@ -255,7 +260,54 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
         }
     })?;
     set_deadline(&con, Instant::now() + CALL_TIMEOUT);
+    if url.sentinel.is_some() {
+        // What a Sentinel said may be a moment old (a failover under
+        // way): only the primary itself can say it is one.
+        let mut con = con;
+        let role: Vec<Value> = redis::cmd("ROLE")
+            .query(&mut con)
+            .map_err(|e| explain(url, &e))?;
+        return match role.first().and_then(bytes).as_deref() {
+            Some(b"master") => Ok(con),
+            _ => Err(format!(
+                "{} is not a primary (yet): a failover is under way, or the Sentinels disagree",
+                url.address()
+            )),
+        };
+    }
     Ok(con)
+}
+
+/// The primary's address, from the first Sentinel that knows it.
+fn primary(sentinel: &super::Sentinel, until: Instant) -> Result<(String, u16), String> {
+    let mut why = Vec::new();
+    for (host, port) in &sentinel.addrs {
+        let asked = (|| {
+            let client = redis::Client::open((host.as_str(), *port))?;
+            let left = until
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(10));
+            let mut con = client.get_connection_with_timeout(left)?;
+            set_deadline(&con, Instant::now() + left);
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&sentinel.master)
+                .query::<Option<(String, u16)>>(&mut con)
+        })();
+        match asked {
+            Ok(Some(addr)) => return Ok(addr),
+            Ok(None) => why.push(format!(
+                "Sentinel {host}:{port} does not know a primary named {}",
+                sentinel.master
+            )),
+            Err(e) => why.push(format!("Sentinel {host}:{port}: {e}")),
+        }
+    }
+    Err(format!(
+        "no Sentinel named the primary {} ({})",
+        sentinel.master,
+        why.join("; ")
+    ))
 }
 
 /// The PEM files `--cacert`, `--cert` and `--key` name, read without

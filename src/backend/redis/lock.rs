@@ -247,6 +247,10 @@ fn wait_and_take(
         if stop.load(SeqCst) {
             return Err(fail("the wait was ended".to_owned()));
         }
+        if url.sentinel.is_some() {
+            // The primary as Sentinel names it now, as for a renewal.
+            con = client::connect(url, CONNECT_TIMEOUT).map_err(fail)?;
+        }
         client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
         let sent = Instant::now();
         let pttl = match client::attempt(&mut con, &scripts, url, (record, slots), ttl) {

@@ -63,6 +63,7 @@ const TLS_SCHEME: &str = "rediss://";
 /// Recognised so that it is refused as such, not taken for a file name.
 const SENTINEL_SCHEME: &str = "redis+sentinel://";
 const DEFAULT_PORT: u16 = 6379;
+const DEFAULT_SENTINEL_PORT: u16 = 26379;
 const NAME_AFTER_HASH: &str = "write the lock name after '#', as in redis://HOST:6379#NAME";
 
 /// Where the password comes from: redis-cli's variable, or lockrun's own,
@@ -99,6 +100,14 @@ pub struct TlsFiles {
     pub key: Option<std::path::PathBuf>,
 }
 
+/// Where `redis+sentinel://` finds the primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sentinel {
+    pub addrs: Vec<(String, u16)>,
+    /// The primary's name as the Sentinels monitor it.
+    pub master: String,
+}
+
 /// A parsed lock URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisUrl {
@@ -112,6 +121,9 @@ pub struct RedisUrl {
     /// `rediss://`: TLS, the server's certificate verified.
     pub tls: bool,
     pub files: TlsFiles,
+    /// `redis+sentinel://`: the primary is asked of these Sentinels (then
+    /// `host` and `port` are the first Sentinel's, for messages).
+    pub sentinel: Option<Sentinel>,
     /// The lock's name (the fragment, percent-decoded): the key.
     pub name: String,
     /// The URL as written, for messages, records and `LOCKRUN_LOCKFILE`.
@@ -135,18 +147,15 @@ impl RedisUrl {
     /// the machine can read it (`ps`).
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<RedisUrl, String> {
         let shown = redact(text);
-        if text.starts_with(SENTINEL_SCHEME) {
-            return Err(format!(
-                "'{shown}': redis+sentinel:// lock URLs are not supported yet; name the primary as redis://HOST:PORT#NAME"
-            ));
-        }
-        let (rest, tls) = match text.strip_prefix(TLS_SCHEME) {
-            Some(rest) => (rest, true),
-            None => (
-                text.strip_prefix(SCHEME)
-                    .ok_or_else(|| format!("'{shown}' is not a redis:// URL"))?,
-                false,
-            ),
+        let (rest, tls, through_sentinel) = if let Some(rest) = text.strip_prefix(TLS_SCHEME) {
+            (rest, true, false)
+        } else if let Some(rest) = text.strip_prefix(SENTINEL_SCHEME) {
+            (rest, false, true)
+        } else {
+            let rest = text
+                .strip_prefix(SCHEME)
+                .ok_or_else(|| format!("'{shown}' is not a redis:// URL"))?;
+            (rest, false, false)
         };
         let Some((location, fragment)) = rest.split_once('#') else {
             return Err(format!("'{shown}' names no lock: {NAME_AFTER_HASH}"));
@@ -177,10 +186,33 @@ impl RedisUrl {
             }
             None => (None, authority),
         };
-        let (host, port) = host_port(hostport).ok_or_else(|| {
-            format!("'{shown}' does not name HOST:PORT (e.g. redis://127.0.0.1:6379#{name})")
-        })?;
-        let path = path.trim_end_matches('/');
+        let (mut path, mut sentinel) = (path.trim_end_matches('/'), None);
+        let (host, port) = if through_sentinel {
+            let addrs = hostport
+                .split(',')
+                .map(|one| host_port_or(one, DEFAULT_SENTINEL_PORT))
+                .collect::<Option<Vec<_>>>()
+                .filter(|addrs| !addrs.is_empty())
+                .ok_or_else(|| {
+                    format!("'{shown}' does not name the Sentinels as HOST:PORT[,HOST:PORT...] (e.g. redis+sentinel://127.0.0.1:26379/mymaster#{name})")
+                })?;
+            let (master, db) = path.split_once('/').unwrap_or((path, ""));
+            if master.is_empty() {
+                return Err(format!(
+                    "'{shown}' names no primary: write redis+sentinel://HOST:PORT/MASTER#{name}, MASTER as the Sentinels know it"
+                ));
+            }
+            sentinel = Some(Sentinel {
+                addrs: addrs.clone(),
+                master: master.to_owned(),
+            });
+            path = db;
+            addrs[0].clone()
+        } else {
+            host_port(hostport).ok_or_else(|| {
+                format!("'{shown}' does not name HOST:PORT (e.g. redis://127.0.0.1:6379#{name})")
+            })?
+        };
         let db = if path.is_empty() {
             0
         } else {
@@ -203,6 +235,7 @@ impl RedisUrl {
             password,
             tls,
             files: TlsFiles::default(),
+            sentinel,
             name,
             text: shown,
         })
@@ -212,6 +245,12 @@ impl RedisUrl {
     pub fn with_files(mut self, files: &TlsFiles) -> Result<RedisUrl, String> {
         if *files == TlsFiles::default() {
             return Ok(self);
+        }
+        if self.sentinel.is_some() {
+            return Err(
+                "--cacert, --cert and --key: redis+sentinel:// lock URLs do not take TLS yet"
+                    .into(),
+            );
         }
         if !self.tls {
             return Err(format!(
@@ -230,15 +269,26 @@ impl RedisUrl {
         Ok(self)
     }
 
-    /// `HOST:PORT`, for messages.
+    /// `HOST:PORT` (through Sentinel: the primary's name and the
+    /// Sentinels), for messages.
     pub fn address(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
+        if let Some(s) = &self.sentinel {
+            let each: Vec<String> = s.addrs.iter().map(|(h, p)| join(h, *p)).collect();
+            return format!("the primary {} of Sentinel {}", s.master, each.join(","));
         }
+        join(&self.host, self.port)
     }
+}
 
+fn join(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+impl RedisUrl {
     /// The key whose `INCR` is the fencing token: never expires.
     pub fn fencing_key(&self) -> String {
         format!("{}:fencing", self.name)
@@ -272,6 +322,10 @@ impl RedisUrl {
 
 /// `HOST[:PORT]` or `[V6][:PORT]`.
 fn host_port(text: &str) -> Option<(String, u16)> {
+    host_port_or(text, DEFAULT_PORT)
+}
+
+fn host_port_or(text: &str, default_port: u16) -> Option<(String, u16)> {
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
         match after {
@@ -289,7 +343,7 @@ fn host_port(text: &str) -> Option<(String, u16)> {
     }
     let port = match port {
         Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
-        None => DEFAULT_PORT,
+        None => default_port,
     };
     Some((host.to_owned(), port))
 }
@@ -405,7 +459,8 @@ mod tests {
             "redis://h:0#x",
             "redis://h:1/db#x",
             "redis://h:1?password=x#y",
-            "redis+sentinel://h:1/m#x",
+            "redis+sentinel://h:1#x",
+            "redis+sentinel://h:1,/m#x",
         ] {
             assert!(RedisUrl::parse(bad, &no_env).is_err(), "{bad}");
         }

@@ -255,6 +255,11 @@ fn renew_once(
     store: Option<&[u8]>,
     deadline: Instant,
 ) -> Result<(redis::Connection, Ours), String> {
+    // Through Sentinel, each renewal asks it for the primary again: after
+    // a failover the old primary may accept writes for a while (until
+    // Sentinel demotes it), and a lease renewed there would expire on the
+    // new one, where the next holder looks.
+    let con = con.filter(|_| url.sentinel.is_none());
     let mut con = match con {
         Some(con) => con,
         None => client::connect(url, deadline.saturating_duration_since(Instant::now()))?,
