@@ -1156,3 +1156,134 @@ fn a_sentinel_that_does_not_know_the_primary_is_69() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_waiter_uses_no_cpu_and_is_counted_by_holder() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("idle");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--ttl", "30s"], Path::new(&url), "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "60", &url, "true"]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the waiter to subscribe", || {
+        holder_json(&url)["waiting"] == 1
+    });
+    let pid = waiter.pid();
+    let (ticks, woke) = (cpu_ticks(pid), wakeups(pid));
+    // The window over which CPU time is counted (not a synchronisation).
+    std::thread::sleep(Duration::from_secs(3));
+    let (used, woke) = (cpu_ticks(pid) - ticks, wakeups(pid) - woke);
+    eprintln!("waiter {pid}: {used} ticks, {woke} wake-ups in 3 s");
+    assert!(used <= 2, "the waiter used {used} clock ticks in 3 seconds");
+    // The run flow's own 250 ms tick (a deadline to watch), no more: the
+    // thread waiting in Redis sleeps until the release message.
+    assert!(
+        woke <= 40,
+        "the waiter's threads woke {woke} times in 3 seconds"
+    );
+    assert!(!waiter.has_exited());
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert!(waiter.wait_exit(BOUND).success());
+}
+
+#[test]
+fn hostile_lock_names_are_keys_like_any_other_and_shown_escaped() {
+    let Some(redis) = Redis::start() else { return };
+    let long = "x".repeat(10 * 1024);
+    for name in [
+        "quote\"and'apostrophe",
+        "日本語/ジョブ ✓",
+        "a%23hash%20and%25percent",
+        "\u{202e}reversed",
+        long.as_str(),
+    ] {
+        let url = redis.url(name);
+        let (mut holder, _) =
+            Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+        lockrun().args(["-n", &url, "true"]).assert().code(75);
+        let text = holder_text(&url);
+        assert!(text.contains(": held (exclusive) by pid"), "{name}: {text}");
+        assert!(!text.contains('\u{202e}'), "{name}: {text}");
+        holder.release();
+        assert!(holder.wait_exit(BOUND).success());
+    }
+    // The percent-decoded name is the key.
+    assert_eq!(redis.cli(&["EXISTS", "a#hash and%percent:last"]), "1");
+    // A control character, even percent-encoded (NUL, newline): 64.
+    for name in ["a%00b", "a%0Ab", "%1B[31m"] {
+        lockrun().args([&redis.url(name), "true"]).assert().code(64);
+    }
+}
+
+#[test]
+fn a_replica_or_a_cluster_node_is_refused_69_saying_why() {
+    let Some(primary) = Redis::start() else {
+        return;
+    };
+    let Some(replica) = Redis::start_with(
+        &["--replicaof", "127.0.0.1", &primary.port.to_string()],
+        false,
+    ) else {
+        return;
+    };
+    let out = lockrun()
+        .args([&replica.url("job"), "true"])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("is a read-only replica"), "{stderr}");
+    let Some(node) = Redis::start_with(&["--cluster-enabled", "yes"], false) else {
+        return;
+    };
+    let out = lockrun().args([&node.url("job"), "true"]).assert().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("runs in cluster mode"), "{stderr}");
+}
+
+/// Without persistence a restarted server has forgotten the key: the
+/// holder's next renewal finds it gone, and the command is stopped.
+#[test]
+fn a_server_restarted_while_holding_stops_the_command_76() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let url = redis.url("restart");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", &url, "--"])
+        .args(["sh", "-c", "echo ready; exec sleep 1023"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    lockrun.expect_ready();
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let port = redis.port.to_string();
+    let restarted = Command::new(SERVER)
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(redis.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("restart redis-server");
+    redis.child = restarted;
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    let stderr = stderr_of(&mut lockrun);
+    // Gone (the restarted server answered) or not renewed for the TTL
+    // (it had not come back yet): either way the command was stopped.
+    assert!(
+        stderr.contains("is gone from Redis") || stderr.contains("for its whole TTL"),
+        "{stderr}"
+    );
+}

@@ -130,8 +130,15 @@ mod reading {
             appendfsync: None,
         };
         persistence(&mut con, &mut lock);
+        // Every waiter is subscribed to the release channel.
+        let waiting: Option<(String, usize)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(url.channel())
+            .query(&mut con)
+            .ok();
+        report.waiting = waiting.map_or(0, |(_, n)| n);
         if let Some(n) = slots.filter(|n| *n >= 1) {
-            return match slots_report(url, &mut con, n, lock) {
+            return match slots_report(url, &mut con, (n, report.waiting), lock) {
                 Ok(report) => report,
                 Err(e) => unknown(report, client::explain(url, &e)),
             };
@@ -157,7 +164,7 @@ mod reading {
     fn slots_report(
         url: &RedisUrl,
         con: &mut redis::Connection,
-        n: u16,
+        (n, report_waiting): (u16, usize),
         lock: RedisLock,
     ) -> redis::RedisResult<Report> {
         let keys: Vec<String> = (1..=n).map(|k| url.slot_key(k)).collect();
@@ -185,6 +192,7 @@ mod reading {
                 .iter()
                 .flat_map(|s| s.holders.clone())
                 .collect(),
+            waiting: report_waiting,
             slots: Some(n),
             slot_reports: Some(slot_reports),
             service: Some(lock.into()),
