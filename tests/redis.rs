@@ -1287,3 +1287,58 @@ fn a_server_restarted_while_holding_stops_the_command_76() {
         "{stderr}"
     );
 }
+
+#[test]
+fn max_time_on_a_redis_lock_stops_the_command_and_releases() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("bounded");
+    let out = lockrun()
+        .args([
+            "--max-time",
+            "1s",
+            "--kill-grace",
+            "1s",
+            &url,
+            "sleep",
+            "1024",
+        ])
+        .assert()
+        .code(124);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("--max-time"), "{stderr}");
+    assert_eq!(redis.cli(&["EXISTS", "bounded"]), "0");
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "free", "{json}");
+    assert_eq!(json["record"]["exit"]["max_time"], "1s", "{json}");
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_at_once() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("queue");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--ttl", "30s"], Path::new(&url), "echo ready; read x");
+    for args in [vec!["-w", "60"], vec![]] {
+        let mut cmd = std_lockrun();
+        cmd.args(&args).args([&url, "--", "echo", "ran"]);
+        let mut waiter = Background::spawn_quiet(cmd);
+        wait_for("the waiter to subscribe", || {
+            holder_json(&url)["waiting"] == 1
+        });
+        let signalled = Instant::now();
+        kill(waiter.pid(), "TERM");
+        let status = waiter.wait_exit(BOUND);
+        assert_eq!(status.code(), Some(128 + 15), "{args:?}");
+        assert!(
+            signalled.elapsed() < Duration::from_secs(2),
+            "{args:?}: {:?}",
+            signalled.elapsed()
+        );
+        assert_eq!(waiter.line(Duration::from_millis(100)), None, "{args:?}");
+        wait_for("the waiter to unsubscribe", || {
+            holder_json(&url)["waiting"] == 0
+        });
+    }
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
