@@ -1342,3 +1342,67 @@ fn a_signal_while_waiting_ends_the_wait_at_once() {
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
 }
+
+#[test]
+fn waiters_are_served_in_the_order_they_came() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("fifo");
+    let dir = temp_dir();
+    let order = dir.path().join("order");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let mut waiters = Vec::new();
+    for i in 1..=4 {
+        let mut cmd = std_lockrun();
+        cmd.args(["-w", "60", &url, "sh", "-c"])
+            .arg(format!("echo {i} >> '{}'", order.display()));
+        waiters.push(Background::spawn_quiet(cmd));
+        // Each is queued before the next one comes.
+        wait_for("the waiter to be queued", || {
+            redis.cli(&["ZCARD", "fifo:queue"]) == i.to_string()
+        });
+    }
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    for waiter in &mut waiters {
+        assert!(waiter.wait_exit(BOUND).success());
+    }
+    let served = std::fs::read_to_string(&order).expect("read the order");
+    assert_eq!(served, "1\n2\n3\n4\n");
+    assert_eq!(redis.cli(&["ZCARD", "fifo:queue"]), "0");
+}
+
+#[test]
+fn a_queued_waiter_that_died_keeps_its_turn_only_until_its_ttl() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("deadq");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", "-w", "60", &url, "true"]);
+    let mut dead = Background::spawn_quiet(cmd);
+    wait_for("the waiter to be queued", || {
+        redis.cli(&["ZCARD", "deadq:queue"]) == "1"
+    });
+    kill(dead.pid(), "KILL");
+    dead.wait_exit(BOUND);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // Free, but the dead waiter's turn: a newcomer is told so.
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("is held for 1 lockrun queued before this one"),
+        "{stderr}"
+    );
+    // Its place expires with its TTL, and the next waiter gets the lock.
+    let started = Instant::now();
+    lockrun()
+        .args(["-w", "20", &url, "true"])
+        .assert()
+        .success();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(redis.cli(&["ZCARD", "deadq:queue"]), "0");
+}

@@ -17,19 +17,60 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sets the lock key if absent, with the token the counter gives, in one
 /// step; or says who holds it and for how long yet.
-/// KEYS: lock, counter, the slots' N. ARGV: the record (a JSON object,
-/// or empty), the lease in ms. `{1, token}`, `{0, value, pttl}`, or
-/// `{3, N}` when the lock is used with `--slots N`.
+/// KEYS: lock, counter, the slots' N, the queue, its ticket counter.
+/// ARGV: the record (a JSON object, or empty), the lease in ms, our
+/// waiter id, '1' to queue (a waiter) or '', the waiters' key prefix.
+/// `{1, token}`, `{0, value, pttl}`, `{4, waiters ahead}` (free, but
+/// others queued first), or `{3, N}` when the lock is used with
+/// `--slots N`.
 const ACQUIRE: &str = r#"
 local n = redis.call('GET', KEYS[3])
 if n then return {3, n} end
+local ahead = ahead_of(KEYS[4], ARGV[5], ARGV[3])
 local held = redis.call('GET', KEYS[1])
-if held then
-  return {0, held, redis.call('PTTL', KEYS[1])}
+if held or ahead > 0 then
+  enqueue(KEYS[4], KEYS[5], ARGV[5], ARGV[3], ARGV[4], ARGV[2])
+  if held then return {0, held, redis.call('PTTL', KEYS[1])} end
+  return {4, ahead}
 end
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], with_token(token, ARGV[1]), 'PX', ARGV[2])
+leave(KEYS[4], ARGV[5], ARGV[3])
 return {1, token}
+"#;
+
+/// The waiters' queue: a sorted set of waiter ids by ticket, each alive
+/// while its key (prefix .. id) lives (renewed by every attempt of its
+/// waiter). `ahead_of` drops the dead and counts the live ones queued
+/// before `me` (all of them when `me` is not queued).
+const QUEUE: &str = r#"
+local function ahead_of(queue, prefix, me)
+  local mine = redis.call('ZSCORE', queue, me)
+  local members = redis.call('ZRANGE', queue, 0, -1, 'WITHSCORES')
+  local ahead = 0
+  for i = 1, #members, 2 do
+    local who = members[i]
+    if who ~= me then
+      if redis.call('EXISTS', prefix .. who) == 0 then
+        redis.call('ZREM', queue, who)
+      elseif (not mine) or tonumber(members[i + 1]) < tonumber(mine) then
+        ahead = ahead + 1
+      end
+    end
+  end
+  return ahead
+end
+local function enqueue(queue, tickets, prefix, me, want, ttl)
+  if want ~= '1' then return end
+  if not redis.call('ZSCORE', queue, me) then
+    redis.call('ZADD', queue, redis.call('INCR', tickets), me)
+  end
+  redis.call('SET', prefix .. me, '1', 'PX', ttl)
+end
+local function leave(queue, prefix, me)
+  redis.call('ZREM', queue, me)
+  redis.call('DEL', prefix .. me)
+end
 "#;
 
 /// The key's value: the record with the token as its first field.
@@ -45,28 +86,41 @@ end
 
 /// `--slots N`: takes the first free one of the N slot keys, with a new
 /// token, and (re)states N for the lease's time; or says when the first
-/// held one expires. KEYS: the plain lock, counter, N's key, then the N
-/// slot keys. ARGV: record, lease in ms, N. `{1, token, slot}`,
-/// `{0, soonest pttl or -1}`, `{2, plain holder's value}` (held without
+/// held one expires. A free slot goes to a contender only when fewer
+/// live waiters are queued ahead of it than slots are free. KEYS: the
+/// plain lock, counter, N's key, the queue, its tickets, then the N slot
+/// keys. ARGV: record, lease in ms, N, our waiter id, '1' to queue, the
+/// waiters' key prefix. `{1, token, slot}`, `{0, soonest pttl or -1}`,
+/// `{4, waiters ahead}`, `{2, plain holder's value}` (held without
 /// --slots), `{3, other N}`.
 const ACQUIRE_SLOT: &str = r#"
 local plain = redis.call('GET', KEYS[1])
 if plain then return {2, plain} end
 local n = redis.call('GET', KEYS[3])
 if n and n ~= ARGV[3] then return {3, n} end
+local ahead = ahead_of(KEYS[4], ARGV[6], ARGV[4])
 local soonest = -1
-for i = 4, #KEYS do
+local free = {}
+for i = 6, #KEYS do
   local left = redis.call('PTTL', KEYS[i])
   if left == -2 then
-    local token = redis.call('INCR', KEYS[2])
-    redis.call('SET', KEYS[i], with_token(token, ARGV[1]), 'PX', ARGV[2])
-    if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
-      redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
-    end
-    return {1, token, i - 3}
+    table.insert(free, i)
+  elseif left >= 0 and (soonest < 0 or left < soonest) then
+    soonest = left
   end
-  if left >= 0 and (soonest < 0 or left < soonest) then soonest = left end
 end
+if #free > ahead then
+  local i = free[1]
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[i], with_token(token, ARGV[1]), 'PX', ARGV[2])
+  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+  end
+  leave(KEYS[4], ARGV[6], ARGV[4])
+  return {1, token, i - 5}
+end
+enqueue(KEYS[4], KEYS[5], ARGV[6], ARGV[4], ARGV[5], ARGV[2])
+if #free > 0 then return {4, ahead} end
 return {0, soonest}
 "#;
 
@@ -139,6 +193,8 @@ pub enum Attempt {
     OtherSlots(u16),
     /// A contender with `--slots` met a holder without: its value.
     Plain(Vec<u8>),
+    /// Free, but this many live waiters were queued first.
+    Queued(i64),
 }
 
 /// The scripts, hashed once (EVALSHA, loaded on the first NOSCRIPT).
@@ -152,8 +208,8 @@ pub struct Scripts {
 impl Scripts {
     pub fn new() -> Scripts {
         Scripts {
-            acquire: Script::new(&format!("{WITH_TOKEN}{ACQUIRE}")),
-            acquire_slot: Script::new(&format!("{WITH_TOKEN}{ACQUIRE_SLOT}")),
+            acquire: Script::new(&format!("{WITH_TOKEN}{QUEUE}{ACQUIRE}")),
+            acquire_slot: Script::new(&format!("{WITH_TOKEN}{QUEUE}{ACQUIRE_SLOT}")),
             renew: Script::new(&format!("{OURS}{RENEW}")),
             release: Script::new(&format!("{OURS}{RELEASE}")),
         }
@@ -366,35 +422,56 @@ fn malformed(what: &str) -> redis::RedisError {
     ))
 }
 
+/// Who a contender is in the waiters' queue, and whether this attempt
+/// queues it (a waiter) or only asks (`-n`, the first attempt).
+#[derive(Debug, Clone, Copy)]
+pub struct Waiter<'a> {
+    pub id: &'a str,
+    pub queue: bool,
+}
+
 /// One attempt: set the key (with `slots`, one of N slot keys) if
-/// absent, with a new token.
+/// absent, with a new token, unless live waiters are queued first; a
+/// waiter that does not get it is queued (or stays so, its place kept
+/// alive for a TTL).
 pub fn attempt(
     con: &mut redis::Connection,
     scripts: &Scripts,
-    url: &RedisUrl,
+    (url, waiter): (&RedisUrl, Waiter<'_>),
     (record, slots): (&[u8], Option<u16>),
     ttl: Duration,
 ) -> redis::RedisResult<Attempt> {
+    let queue = if waiter.queue { "1" } else { "" };
     let answer: Vec<Value> = match slots {
         None => scripts
             .acquire
             .key(&url.name)
             .key(url.fencing_key())
             .key(url.slots_key())
+            .key(url.queue_key())
+            .key(url.tickets_key())
             .arg(record.trim_ascii())
             .arg(millis(ttl))
+            .arg(waiter.id)
+            .arg(queue)
+            .arg(url.waiter_prefix())
             .invoke(con)?,
         Some(n) => {
             let mut call = scripts.acquire_slot.prepare_invoke();
             call.key(&url.name)
                 .key(url.fencing_key())
-                .key(url.slots_key());
+                .key(url.slots_key())
+                .key(url.queue_key())
+                .key(url.tickets_key());
             for k in 1..=n {
                 call.key(url.slot_key(k));
             }
             call.arg(record.trim_ascii())
                 .arg(millis(ttl))
                 .arg(n)
+                .arg(waiter.id)
+                .arg(queue)
+                .arg(url.waiter_prefix())
                 .invoke(con)?
         }
     };
@@ -424,6 +501,7 @@ pub fn attempt(
         [flag, value] if int(flag) == Some(2) => {
             Ok(Attempt::Plain(bytes(value).unwrap_or_default()))
         }
+        [flag, ahead] if int(flag) == Some(4) => Ok(Attempt::Queued(int(ahead).unwrap_or(1))),
         [flag, n] if int(flag) == Some(3) => Ok(Attempt::OtherSlots(
             number(n).and_then(|n| u16::try_from(n).ok()).unwrap_or(0),
         )),
@@ -508,6 +586,23 @@ pub fn release(
     }
     let answer: i64 = call.invoke(con)?;
     Ok(ours(answer))
+}
+
+/// Leaves the waiters' queue (a waiter giving up).
+pub fn leave_queue(
+    con: &mut redis::Connection,
+    url: &RedisUrl,
+    id: &str,
+) -> redis::RedisResult<()> {
+    redis::pipe()
+        .cmd("ZREM")
+        .arg(url.queue_key())
+        .arg(id)
+        .ignore()
+        .cmd("DEL")
+        .arg(format!("{}{id}", url.waiter_prefix()))
+        .ignore()
+        .query(con)
 }
 
 /// The lock key's value, if any.

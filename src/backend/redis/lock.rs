@@ -14,10 +14,11 @@
 //! it tries, so a release between its attempt and its sleep still wakes
 //! it, and otherwise sleeps until the holder's key would expire (its
 //! PTTL). A second, private channel lets lockrun end that sleep at once
-//! (a deadline, a signal). Waiters are not queued: whoever's attempt
-//! comes first after a release gets the lock.
+//! (a deadline, a signal). Waiters are served in the order they came:
+//! one that does not get the lock takes a place in the queue
+//! (`client::attempt`), which its attempts keep alive for a TTL.
 
-use super::client::{self, Attempt, CONNECT_TIMEOUT, Ours, Place, Scripts};
+use super::client::{self, Attempt, CONNECT_TIMEOUT, Ours, Place, Scripts, Waiter};
 use super::session::{Ending, Session};
 use super::{RedisUrl, RunOptions};
 use crate::backend::{Backend, Blocking, Capabilities, Contender, Held};
@@ -58,6 +59,11 @@ pub struct RedisBackend {
     status: Arc<AtomicU8>,
     /// Where `interrupt` wakes our own waiting thread.
     wake_channel: String,
+    /// This contender's id in the waiters' queue.
+    id: String,
+    /// The last attempt found the lock free but this many waiters queued
+    /// first.
+    ahead: Option<i64>,
     stop: Arc<AtomicBool>,
 }
 
@@ -73,13 +79,13 @@ impl RedisBackend {
         let con =
             client::connect(&opts.url, CONNECT_TIMEOUT).map_err(|e| unavailable(label, &e))?;
         let me = crate::identity::Me::gather();
-        let wake_channel = format!(
-            "{}:wake:{}:{}:{}",
-            opts.url.name,
+        let id = format!(
+            "{}:{}:{}",
             me.host.as_deref().unwrap_or("?"),
             std::process::id(),
             crate::platform::own_start_time_without_allocating().unwrap_or(0)
         );
+        let wake_channel = format!("{}:wake:{id}", opts.url.name);
         Ok(RedisBackend {
             url: opts.url.clone(),
             con: Some(con),
@@ -94,6 +100,8 @@ impl RedisBackend {
             slots: opts.slots,
             status: Arc::new(AtomicU8::new(exit_codes::UNAVAILABLE)),
             wake_channel,
+            id,
+            ahead: None,
             stop: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -125,10 +133,14 @@ impl Contender for RedisBackend {
         };
         client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
         let sent = Instant::now();
+        let waiter = Waiter {
+            id: &self.id,
+            queue: false,
+        };
         let answer = client::attempt(
             &mut con,
             &self.scripts,
-            &self.url,
+            (&self.url, waiter),
             (&self.record, self.slots),
             self.ttl,
         );
@@ -146,6 +158,12 @@ impl Contender for RedisBackend {
             }
             Attempt::Held { value, .. } => {
                 self.owner = (!value.is_empty()).then_some(value);
+                self.ahead = None;
+                Ok(false)
+            }
+            Attempt::Queued(ahead) => {
+                self.owner = None;
+                self.ahead = Some(ahead);
                 Ok(false)
             }
             Attempt::OtherSlots(theirs) => {
@@ -169,9 +187,20 @@ impl Contender for RedisBackend {
         let label = self.label.clone();
         let slots = self.slots;
         let status = Arc::clone(&self.status);
+        let id = self.id.clone();
         Ok(Box::new(move || {
-            wait_and_take(&url, (&record, slots), ttl, (&got, &stop, &wake), &label)
-                .inspect_err(|failure| status.store(failure.status, SeqCst))
+            let waiter = Waiter {
+                id: &id,
+                queue: true,
+            };
+            wait_and_take(
+                (&url, waiter),
+                (&record, slots),
+                ttl,
+                (&got, &stop, &wake),
+                &label,
+            )
+            .inspect_err(|failure| status.store(failure.status, SeqCst))
         }))
     }
 
@@ -215,6 +244,16 @@ impl Contender for RedisBackend {
         Some(holder_text(self.owner.as_deref(), &self.url.name))
     }
 
+    fn conflict_held(&mut self) -> String {
+        match (self.ahead, &self.owner) {
+            (Some(ahead), None) => format!(
+                "for {ahead} lockrun{} queued before this one (it is their turn)",
+                if ahead == 1 { "" } else { "s" }
+            ),
+            _ => format!("by {}", self.conflict_holder()),
+        }
+    }
+
     fn conflict_holder(&mut self) -> String {
         if self.slots.is_some() {
             return self.slot_holders().unwrap_or_default();
@@ -229,7 +268,7 @@ impl Contender for RedisBackend {
 /// The waiting thread: its own two connections (one subscribed), attempts
 /// after each wake-up, until the lock is ours or the wait is ended.
 fn wait_and_take(
-    url: &RedisUrl,
+    (url, waiter): (&RedisUrl, Waiter<'_>),
     (record, slots): (&[u8], Option<u16>),
     ttl: Duration,
     (got, stop, wake): (&Got, &AtomicBool, &str),
@@ -245,6 +284,9 @@ fn wait_and_take(
         .map_err(|e| fail(client::explain(url, &e)))?;
     loop {
         if stop.load(SeqCst) {
+            // Out of the queue at once, not when our place's key expires.
+            client::set_deadline(&con, Instant::now() + Duration::from_secs(1));
+            let _ = client::leave_queue(&mut con, url, waiter.id);
             return Err(fail("the wait was ended".to_owned()));
         }
         if url.sentinel.is_some() {
@@ -253,12 +295,14 @@ fn wait_and_take(
         }
         client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
         let sent = Instant::now();
-        let pttl = match client::attempt(&mut con, &scripts, url, (record, slots), ttl) {
+        let pttl = match client::attempt(&mut con, &scripts, (url, waiter), (record, slots), ttl) {
             Ok(Attempt::Acquired(token, slot)) => {
                 *got.lock().unwrap_or_else(PoisonError::into_inner) = Some((token, slot, sent));
                 return Ok(());
             }
             Ok(Attempt::Held { pttl, .. }) => pttl,
+            // Free, but those queued first take it: until their release.
+            Ok(Attempt::Queued(_)) => -1,
             Ok(Attempt::OtherSlots(theirs)) => {
                 return Err(disagreement(
                     label,
@@ -274,11 +318,13 @@ fn wait_and_take(
             Err(e) => return Err(fail(client::explain(url, &e))),
         };
         // Until a release message (or our own wake-up), or until the
-        // holder's key expires on its own.
+        // holder's key expires on its own; at least every TTL/3, to keep
+        // our place in the queue alive (it lives for a TTL).
         let sleep = match u64::try_from(pttl) {
             Ok(ms) => Duration::from_millis(ms.saturating_add(1)),
             Err(_) => NO_EXPIRY_LOOK,
-        };
+        }
+        .min(ttl / 3);
         pubsub
             .set_read_timeout(Some(sleep.max(Duration::from_millis(1))))
             .map_err(|e| fail(client::explain(url, &e)))?;
@@ -362,7 +408,16 @@ impl Backend for RedisBackend {
         self.status.load(SeqCst)
     }
 
-    fn give_up(self) {}
+    fn give_up(mut self) {
+        // The waiting thread leaves the queue when told to stop; if it
+        // could not (it was left behind), the main connection does.
+        if self.connection().is_ok()
+            && let Some(con) = self.con.as_mut()
+        {
+            client::set_deadline(con, Instant::now() + Duration::from_secs(1));
+            let _ = client::leave_queue(con, &self.url, &self.id);
+        }
+    }
 
     fn acquired(mut self, _record: Option<&Record>, verbose: bool) -> Result<RedisHeld, Failure> {
         let Some((token, slot, sent)) = self.got() else {

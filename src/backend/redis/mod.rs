@@ -314,6 +314,21 @@ impl RedisUrl {
         format!("{}:slot:{k}:last", self.name)
     }
 
+    /// The waiters' queue: ids by ticket.
+    pub fn queue_key(&self) -> String {
+        format!("{}:queue", self.name)
+    }
+
+    /// The queue's ticket counter.
+    pub fn tickets_key(&self) -> String {
+        format!("{}:tickets", self.name)
+    }
+
+    /// A queued waiter's key (this and its id) lives while it waits.
+    pub fn waiter_prefix(&self) -> String {
+        format!("{}:waiter:", self.name)
+    }
+
     /// Where a release is announced, to wake the waiters.
     pub fn channel(&self) -> String {
         format!("{}:released", self.name)
