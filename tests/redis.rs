@@ -1406,3 +1406,45 @@ fn a_queued_waiter_that_died_keeps_its_turn_only_until_its_ttl() {
     );
     assert_eq!(redis.cli(&["ZCARD", "deadq:queue"]), "0");
 }
+
+#[test]
+fn through_sentinel_a_waiter_gets_the_lock_after_a_failover() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = set.url("next");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--ttl", "3s"], Path::new(&url), "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "3s", "-w", "30", &url, "--", "echo", "ran"]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the waiter to be queued", || {
+        set.primary.cli(&["ZCARD", "next:queue"]) == "1"
+    });
+    assert_eq!(set.ask(&["SENTINEL", "FAILOVER", "lockm"]), "OK");
+    let replica = set.replica.port.to_string();
+    wait_for("the Sentinel to name the new primary", || {
+        set.primary_port() == replica
+    });
+    holder.release();
+    assert!(
+        holder.wait_exit(BOUND).success(),
+        "{}",
+        holder.stderr_text()
+    );
+    let released = Instant::now();
+    // Its subscription may be on the old primary: woken by its own
+    // look at the queue (every TTL/3) if not by the message.
+    assert_eq!(
+        waiter.line(BOUND).as_deref(),
+        Some("ran"),
+        "{}",
+        waiter.stderr_text()
+    );
+    assert!(waiter.wait_exit(BOUND).success());
+    assert!(
+        released.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        released.elapsed()
+    );
+}

@@ -522,6 +522,9 @@ impl Held for RedisHeld {
             Ending::Held(con) => con,
         };
         let deadline = Instant::now() + client::CALL_TIMEOUT.min(self.ttl);
+        // Through Sentinel, the primary as it names it now: the renewal's
+        // connection may be to a primary demoted since.
+        let con = con.filter(|_| self.url.sentinel.is_none());
         let con = match con {
             Some(con) => Ok(con),
             None => client::connect(
