@@ -2,7 +2,8 @@
 # CI: every feature combination builds, lints clean, and advertises
 # exactly the lock URL backends it has: `--help`, the man pages and the
 # completions of a build name postgres:// only when it has PostgreSQL,
-# etcd:// (and etcd's TLS options) only when it has etcd, and --ttl only
+# etcd:// (and etcd's --user and --password-file) only when it has etcd; --cacert,
+# --cert and --key are etcd's and rediss://'s alike; --ttl only
 # when it has a lock URL at all. Called from .ci/run; runs alone too
 # (`.ci/features.sh`). A build's words come from its backends' folders
 # through src/registry.rs, so a backend added there is checked here by
@@ -14,11 +15,11 @@ step() { printf '\n==> %s\n' "$*"; }
 fail() { echo "features.sh: $*" >&2; exit 1; }
 
 # feature name -> the scheme its --help must name (and no other build may)
-declare -A scheme=([etcd]='etcd://' [postgres]='postgres://')
+declare -A scheme=([etcd]='etcd://' [postgres]='postgres://' [redis]='redis://')
 # feature name -> an option only that backend has ('' for none)
-declare -A option=([etcd]='--cacert' [postgres]='')
+declare -A option=([etcd]='--password-file' [postgres]='' [redis]='')
 
-combos=("" "etcd" "postgres" "etcd,postgres")
+combos=("" "etcd" "postgres" "redis" "etcd,postgres,redis")
 for combo in "${combos[@]}"; do
   name=${combo:-default}
   args=(--locked)

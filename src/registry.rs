@@ -79,6 +79,16 @@ macro_rules! lock_urls {
             }
         }
 
+        impl LockTarget {
+            /// Whether its backend takes `--cacert`, `--cert`, `--key`.
+            fn takes_tls_files(&self) -> bool {
+                match self {
+                    LockTarget::File(_) => false,
+                    $(LockTarget::$variant(_) => backend::$module::entry::TLS_FILES,)*
+                }
+            }
+        }
+
         /// The run form on a lock URL, as its backend takes it.
         pub enum UrlRun {
             $($variant(backend::$module::RunOptions),)*
@@ -159,7 +169,7 @@ macro_rules! lock_urls {
                 LockTarget::File(_) => Err(Refusal::Usage(String::from("not a lock URL"))),
                 $(LockTarget::$variant(url) => {
                     backend::$module::CAPS.refuse(asked).map_err(Refusal::Usage)?;
-                    if let Some(message) = others_given(&args, stringify!($module)) {
+                    if let Some(message) = others_given(&args, stringify!($module), backend::$module::entry::TLS_FILES) {
                         return Err(Refusal::Usage(message));
                     }
                     backend::$module::entry::run_options(url, &args.$module, base)
@@ -170,10 +180,18 @@ macro_rules! lock_urls {
         }
 
         /// The message for the first backend other than `own` whose
-        /// options were given.
-        fn others_given(args: &UrlArgs, own: &str) -> Option<String> {
+        /// options were given. `--cacert`, `--cert` and `--key` are one set
+        /// of options for every backend that takes TLS files
+        /// (`entry::TLS_FILES`): given to one such backend, they are not
+        /// another's.
+        fn others_given(args: &UrlArgs, own: &str, own_tls: bool) -> Option<String> {
             $(
-                if stringify!($module) != own && args.$module != Default::default() {
+                let theirs = if own_tls && backend::$module::entry::TLS_FILES {
+                    backend::$module::entry::without_tls_files(&args.$module)
+                } else {
+                    args.$module.clone()
+                };
+                if stringify!($module) != own && theirs != Default::default() {
                     return Some(backend::$module::entry::ARGS_ONLY_HERE.to_owned());
                 }
             )*
@@ -193,8 +211,14 @@ macro_rules! lock_urls {
         /// `holder`/`check` targets with the options given: each URL gets
         /// its own backend's; options no target can take are a usage error.
         pub fn with_inspect_args(targets: Vec<LockTarget>, args: &InspectArgs) -> Result<Vec<LockTarget>, String> {
+            let tls_target = targets.iter().any(LockTarget::takes_tls_files);
             $(
-                if args.$module != Default::default()
+                let theirs = if tls_target && backend::$module::entry::TLS_FILES {
+                    backend::$module::entry::without_tls_files(&args.$module)
+                } else {
+                    args.$module.clone()
+                };
+                if theirs != Default::default()
                     && !targets.iter().any(|t| matches!(t, LockTarget::$variant(_)))
                 {
                     return Err(backend::$module::entry::ARGS_ONLY_HERE.to_owned());
@@ -258,6 +282,7 @@ macro_rules! lock_urls {
 lock_urls! {
     Etcd => etcd,
     Postgres => postgres,
+    Redis => redis,
 }
 
 /// Why a lock URL's run form is refused: a usage error the command line

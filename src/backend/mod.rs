@@ -13,6 +13,7 @@ pub mod file;
 #[cfg(feature = "lock-urls")]
 pub mod lost;
 pub mod postgres;
+pub mod redis;
 
 use crate::exit_codes::Failure;
 use crate::record::Record;

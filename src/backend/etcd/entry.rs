@@ -57,6 +57,20 @@ impl Args {
     }
 }
 
+/// `--cacert`, `--cert` and `--key` are also other backends' (Redis's):
+/// one set of options, declared here when etcd is built.
+pub const TLS_FILES: bool = true;
+
+/// `args` without the options other backends share.
+pub fn without_tls_files(args: &Args) -> Args {
+    Args {
+        cacert: None,
+        cert: None,
+        key: None,
+        ..args.clone()
+    }
+}
+
 /// An etcd URL carries no password (`--password-file`, the environment).
 pub const HAS_PASSWORDS: bool = false;
 

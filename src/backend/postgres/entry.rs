@@ -20,6 +20,13 @@ pub type InspectArgs = NoArgs;
 /// Never said: there are no such options.
 pub const ARGS_ONLY_HERE: &str = "";
 
+/// libpq's TLS settings go in the URL: no `--cacert`.
+pub const TLS_FILES: bool = false;
+
+pub fn without_tls_files(args: &Args) -> Args {
+    args.clone()
+}
+
 /// A postgres:// URL may carry a password: main.rs hides it from `ps`.
 pub const HAS_PASSWORDS: bool = true;
 

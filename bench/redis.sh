@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# bench/redis.sh: acquire + run `true` + release on a loopback Redis, beside
+# the floor: one `redis-cli SET NAME 1 NX PX 10000` (connect, one round
+# trip, disconnect), and lockrun on a file for scale; then the handoff: a
+# holder's command ends, how long until the waiting lockrun's command
+# starts (woken by the release message).
+#
+#   bench/redis.sh [--runs N]
+#
+#   LOCKRUN=path    lockrun binary with Redis lock URLs (default: built
+#                   here with `cargo build --release --features redis`
+#                   into target/redis/<host tuple>/release/)
+#   HANDOFFS=N      handoff repetitions (default 25)
+#
+# Starts its own redis-server on a free loopback port (nothing saved) and
+# stops it at the end. Needs bash >= 5 and Debian's redis-server and
+# redis-tools. Times are wall clock from `date +%s%N` around each run, so
+# they include a fork and exec of the measured program. Exit status: 0
+# measured; 2 cannot run.
+set -euo pipefail
+
+RUNS=200
+case "${1:-}" in
+  --runs) RUNS=${2:?--runs needs a number} ;;
+  "") ;;
+  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
+esac
+die() { echo "redis.sh: $*" >&2; exit 2; }
+command -v redis-server >/dev/null 2>&1 || die "redis-server not found (Debian: apt-get install redis-server)"
+command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found (Debian: apt-get install redis-tools)"
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ -z "${LOCKRUN:-}" ]; then
+  LOCKRUN=$(cd "$ROOT" && CARGO_TARGET_DIR=$ROOT/target/redis cargo build --release --locked --quiet --features redis \
+    --bin lockrun --message-format=json-render-diagnostics \
+    | sed -n 's/.*"executable":"\([^"]*\/lockrun\)".*/\1/p' | tail -1) || die "build failed"
+  [ -n "$LOCKRUN" ] || die "cargo build named no lockrun binary"
+fi
+[ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not executable"
+
+free_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  die "no free port"
+}
+dir=$(mktemp -d)
+port=$(free_port)
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$dir/log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$dir"' EXIT
+cli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
+for _ in $(seq 200); do [ "$(cli PING 2>/dev/null)" = PONG ] && break; sleep 0.02; done
+[ "$(cli PING 2>/dev/null)" = PONG ] || die "redis-server did not start (log: $dir/log)"
+url="redis://127.0.0.1:$port#bench"
+
+# Prints p50, p90 and the mean of the ms it took to run "$@" $RUNS times.
+measure() {
+  local name=$1; shift
+  for _ in $(seq 10); do "$@" >/dev/null; done
+  : >"$dir/samples"
+  for _ in $(seq "$RUNS"); do
+    local t0 t1
+    t0=$(date +%s%N); "$@" >/dev/null; t1=$(date +%s%N)
+    echo $(( (t1 - t0) / 1000 )) >>"$dir/samples"
+  done
+  sort -n "$dir/samples" | awk -v n="$name" '{a[NR]=$1; s+=$1} END {
+    printf "| %-44s | %7.2f | %7.2f | %7.2f |\n", n, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, s/NR/1000 }'
+}
+echo "# Redis $(redis-server --version | awk '{print $3}' | sed 's/v=//'), loopback TCP, $RUNS runs each; $(nproc) CPUs; $LOCKRUN"
+echo "| | p50 ms | p90 ms | mean ms |"
+echo "|---|---:|---:|---:|"
+measure "lockrun $url true" "$LOCKRUN" "$url" true
+floor() { cli SET bench-floor 1 NX PX 10000 >/dev/null; cli DEL bench-floor >/dev/null; }
+measure "redis-cli SET NX PX + redis-cli DEL (floor)" floor
+measure "redis-cli SET NX PX alone" cli SET bench-one 1 NX PX 1
+measure "lockrun FILE true (for scale)" "$LOCKRUN" "$dir/bench.lock" true
+
+# ---------------------------------------------------------------- handoff
+# A holder runs `read; date +%s%N` under the lock, fed through a FIFO; a
+# waiter subscribes behind it (PUBSUB NUMSUB on the release channel), then
+# the holder is let go and the waiter's command stamps the clock.
+HANDOFFS=${HANDOFFS:-25}
+handoff_once() { # $1 = lock name; prints waiter - holder in µs
+  local name=$1 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
+  local u="redis://127.0.0.1:$port#$name"
+  mkfifo "$fifo"
+  "$LOCKRUN" "$u" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
+  local holder=$!
+  for _ in $(seq 400); do [ "$(cli EXISTS "$name")" = 1 ] && break; sleep 0.01; done
+  "$LOCKRUN" -w 30 "$u" date +%s%N >"$wait_out" &
+  local waiter=$!
+  for _ in $(seq 400); do
+    [ "$(cli PUBSUB NUMSUB "$name:released" | tail -1)" -ge 1 ] && break
+    sleep 0.01
+  done
+  echo go >"$fifo"
+  wait "$holder" "$waiter" || true
+  local h w; h=$(grep -E '^[0-9]+$' "$hold_out" | tail -1); w=$(grep -E '^[0-9]+$' "$wait_out" | tail -1)
+  rm -f "$fifo" "$hold_out" "$wait_out"
+  echo $(( (w - h) / 1000 ))
+}
+: >"$dir/handoffs"
+for i in $(seq "$HANDOFFS"); do handoff_once "handoff-$i" >>"$dir/handoffs"; done
+echo
+echo "# handoff: holder's command ends -> waiter's command starts, $HANDOFFS reps (ms)"
+sort -n "$dir/handoffs" | awk '{a[NR]=$1} END {
+  printf "p50 %.2f  p90 %.2f  max %.2f\n", a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'

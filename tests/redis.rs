@@ -1,0 +1,1504 @@
+//! Redis lock URLs (issue 28, contract §19): lockrun against a real
+//! redis-server that each test starts for itself on 127.0.0.1, on a free
+//! port, in a temporary directory, with nothing saved. Without
+//! redis-server the tests print "SKIPPED: redis-server not found" where a
+//! person sees it, and fail instead under CI (CI=true, or
+//! LOCKRUN_TEST_REQUIRE_ALL as .ci/run sets it).
+// Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
+// the Windows suite.
+#![cfg(unix)]
+#![cfg(feature = "redis")]
+
+mod common;
+
+use common::meter::{meter_run, read_meter};
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SERVER: &str = "/usr/bin/redis-server";
+
+/// A private redis-server; stopped (and its directory removed) on drop.
+struct Redis {
+    port: u16,
+    /// With TLS (see `start_tls`): the TLS port.
+    tls_port: u16,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn server_binary() -> Option<String> {
+    if Path::new(SERVER).exists() {
+        return Some(SERVER.to_owned());
+    }
+    has("redis-server").then(|| "redis-server".to_owned())
+}
+
+/// Says loudly that the Redis tests did not run; a failure under CI.
+fn missing(what: &str) {
+    let why = format!("{what} not found (Debian: apt-get install redis-server redis-tools)");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true, and the Redis tests cannot run: {why}");
+    }
+    // LOCKRUN_TEST_REQUIRE_ALL makes this a failure too.
+    skip(&why);
+    let line = format!("SKIPPED: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+impl Redis {
+    /// `None` (after a loud skip) when redis-server is not installed.
+    fn start() -> Option<Redis> {
+        Redis::start_with(&[], false)
+    }
+
+    /// Also serving TLS on a second port with the test CA's certificate;
+    /// `clients`: asking clients for a certificate of that CA too.
+    fn start_tls(pki: &Pki, clients: bool) -> Option<Redis> {
+        let (cert, key, ca) = (
+            pki.file("server.pem"),
+            pki.file("server.key"),
+            pki.file("ca.pem"),
+        );
+        let auth = if clients { "yes" } else { "no" };
+        Redis::start_with(
+            &[
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                auth,
+            ],
+            true,
+        )
+    }
+
+    fn start_with(extra: &[&str], tls: bool) -> Option<Redis> {
+        let Some(server) = server_binary() else {
+            missing("redis-server");
+            return None;
+        };
+        if !has("redis-cli") {
+            missing("redis-cli");
+            return None;
+        }
+        for _ in 0..5 {
+            let dir = temp_dir();
+            let port = free_port();
+            let tls_port = if tls { free_port() } else { 0 };
+            let log = std::fs::File::create(dir.path().join("log")).expect("redis log");
+            let mut cmd = Command::new(&server);
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .args(["--enable-debug-command", "local"])
+                .arg("--dir")
+                .arg(dir.path())
+                .args(["--tls-port", &tls_port.to_string()])
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(log)
+                // Its own process group: a server the tests SIGSTOP must
+                // not leave a stopped process in the harness's group.
+                .process_group(0);
+            let child = cmd.spawn().expect("start redis-server");
+            let mut redis = Redis {
+                port,
+                tls_port,
+                child,
+                dir,
+            };
+            let deadline = Instant::now() + BOUND;
+            loop {
+                if redis.child.try_wait().expect("try_wait").is_some() {
+                    // The port was taken meanwhile: another port.
+                    break;
+                }
+                if redis.ping() {
+                    return Some(redis);
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server never answered: {}",
+                    redis.log()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        panic!("redis-server never started: ports taken every time");
+    }
+
+    /// A raw PING on the port: the server answers, and it is ours.
+    fn ping(&self) -> bool {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut answer = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok()
+            && s.read_exact(&mut answer).is_ok()
+            && &answer == b"+PONG\r\n"
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("redis://127.0.0.1:{}#{name}", self.port)
+    }
+
+    /// `redis-cli` on this server, as the default user; its output.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .env_remove("REDISCLI_AUTH")
+            .output()
+            .expect("run redis-cli");
+        assert!(out.status.success(), "redis-cli {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn signal(&self, sig: &str) {
+        kill(self.child.id() as i32, sig);
+    }
+}
+
+/// Certificates made for one test with the openssl CLI: a CA, a server
+/// certificate for 127.0.0.1, a client certificate, and a second CA that
+/// signed neither.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn make() -> Option<Pki> {
+        if !needs("openssl", "Debian: apt-get install openssl") {
+            return None;
+        }
+        let pki = Pki { dir: temp_dir() };
+        let d = pki.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .expect("run openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(
+            d.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("ext");
+        std::fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
+        let key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (subject, k, pem) = (
+                format!("/CN=lockrun test {ca}"),
+                format!("{ca}.key"),
+                format!("{ca}.pem"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &pem, "-days", "2", "-subj", &subject]);
+            openssl(&args);
+        }
+        for (name, cn, ext) in [
+            ("server", "redis server", "server.ext"),
+            ("client", "app", "client.ext"),
+        ] {
+            let (k, csr, pem, subject) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("/CN={cn}"),
+            );
+            let mut args = vec!["req"];
+            args.extend(key);
+            args.extend(["-keyout", &k, "-out", &csr, "-subj", &subject]);
+            openssl(&args);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                ext,
+            ]);
+        }
+        // redis-server reads its key as another user would: readable.
+        Some(pki)
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.path().join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped server too.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr_of(bg: &mut Background) -> String {
+    let mut text = String::new();
+    if let Some(mut err) = bg.child.stderr.take() {
+        let _ = err.read_to_string(&mut text);
+    }
+    text
+}
+
+fn alive(pid: i32) -> bool {
+    !process_gone(pid)
+}
+
+/// Kills the `sleep SECONDS` a test started if it is still running (a
+/// broken build leaves it): checked by its command line first.
+struct SleepGuard(Vec<(i32, &'static str)>);
+
+impl Drop for SleepGuard {
+    fn drop(&mut self) {
+        for (pid, seconds) in &self.0 {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline == format!("sleep\0{seconds}\0").as_bytes() {
+                // SAFETY: kill(2) on a process just checked to be this test's.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+#[test]
+fn several_processes_exclude_each_other_and_get_increasing_fencing_tokens() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = temp_dir();
+    let counter = dir.path().join("counter");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&counter, "0\n").expect("write counter");
+    // Read, widen the race window, write: any overlap loses an update;
+    // the meter lines around it count how many ran at once.
+    let meter = dir.path().join("meter");
+    let body = format!(
+        "echo \"start $$ none\" >> {m}; n=$(cat {c}); echo \"$LOCKRUN_FENCING_TOKEN\" >> {t}; sleep 0.01; echo $((n+1)) > {c}; echo \"end $$ none\" >> {m}",
+        c = counter.display(),
+        t = tokens.display(),
+        m = meter.display()
+    );
+    let (workers, rounds) = (3, 20);
+    let mut running: Vec<Child> = (0..workers)
+        .map(|_| {
+            let script = format!(
+                "i=0; while [ $i -lt {rounds} ]; do \"$0\" -w 60 \"$1\" sh -c \"$2\" || exit 9; i=$((i+1)); done"
+            );
+            Command::new("sh")
+                .args(["-c", &script, bin(), &redis.url("counter"), &body])
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    for worker in &mut running {
+        let status = wait_child(worker, BOUND * 3);
+        assert!(status.success(), "a worker failed: {status:?}");
+    }
+    let total: usize = std::fs::read_to_string(&counter)
+        .expect("read counter")
+        .trim()
+        .parse()
+        .expect("counter is a number");
+    assert_eq!(
+        total,
+        workers * rounds,
+        "lost updates: the lock did not exclude"
+    );
+    let seen = read_meter(dir.path(), 1);
+    assert_eq!(seen.ended, workers * rounds);
+    assert_eq!(seen.peak, 1, "commands overlapped: {seen:?}");
+    let seen: Vec<i64> = std::fs::read_to_string(&tokens)
+        .expect("read tokens")
+        .lines()
+        .map(|l| l.parse().expect("a fencing token is a number"))
+        .collect();
+    assert_eq!(seen.len(), workers * rounds);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase in lock order: {seen:?}"
+    );
+    // The counter is the last token handed out.
+    assert_eq!(
+        redis.cli(&["GET", "counter:fencing"]),
+        seen[seen.len() - 1].to_string()
+    );
+}
+
+#[test]
+fn nonblocking_conflict_names_the_holder() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("busy");
+    let (mut holder, words) =
+        Background::lockrun_holding(&[], Path::new(&url), "echo ready $$; read x");
+    let pid = &words[0];
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.starts_with(&format!("lockrun: {url} is held by pid {pid} (sh -c")),
+        "{stderr}"
+    );
+    lockrun()
+        .args(["-n", "-E", "3", &url, "true"])
+        .assert()
+        .code(3);
+    lockrun()
+        .args(["-n", "-q", &url, "true"])
+        .assert()
+        .code(75)
+        .stderr("");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    lockrun().args(["-n", &url, "true"]).assert().success();
+}
+
+#[test]
+fn a_waiter_times_out_on_time_and_one_that_waits_is_woken_by_the_release() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("slow");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let started = Instant::now();
+    let out = lockrun()
+        .args(["-w", "0.5", &url, "true"])
+        .assert()
+        .code(75);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "gave up late: {took:?}");
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("timed out after"), "{stderr}");
+    assert!(stderr.contains("held by pid"), "{stderr}");
+    // A waiter with a lease of 10 s left on the holder's key: woken by
+    // the release message, not by the key's expiry.
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "30", &url, "--", "echo", "ran"]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the waiter to subscribe", || {
+        redis
+            .cli(&["PUBSUB", "NUMSUB", "slow:released"])
+            .ends_with('1')
+    });
+    let released = Instant::now();
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert_eq!(waiter.line(BOUND).as_deref(), Some("ran"));
+    assert!(waiter.wait_exit(BOUND).success());
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "the waiter was not woken by the release: {:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn a_deleted_lock_key_stops_the_command_and_everything_it_started_76() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("gone");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", "--kill-grace", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "setsid sleep 1017 </dev/null >/dev/null 2>&1 & a=$!; \
+             sleep 1018 </dev/null >/dev/null 2>&1 & echo ready $a $!; wait",
+        ])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let words = lockrun.expect_ready();
+    let (setsid_child, child): (i32, i32) = (words[0].parse().unwrap(), words[1].parse().unwrap());
+    let _guard = SleepGuard(vec![(setsid_child, "1017"), (child, "1018")]);
+    assert_eq!(redis.cli(&["DEL", "gone"]), "1");
+    let deleted = Instant::now();
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    // Found by the next renewal (every TTL/4), well within the TTL.
+    assert!(
+        deleted.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        deleted.elapsed()
+    );
+    assert!(!alive(child), "the child {child} outlived exit 76");
+    assert!(
+        !alive(setsid_child),
+        "the setsid'd child {setsid_child} outlived exit 76"
+    );
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains(&format!(
+            "lockrun: lost the lock {url} while the command ran"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is gone from Redis"), "{stderr}");
+}
+
+/// The renewal compares the token: a key that now holds another holder's
+/// value is not renewed as ours, and the command is stopped.
+#[test]
+fn a_lock_key_taken_over_from_outside_stops_the_command_within_the_ttl() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("stolen");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", "--kill-grace", "1s", &url, "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo ready $LOCKRUN_FENCING_TOKEN; exec sleep 1019",
+        ])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let token: i64 = lockrun.expect_ready()[0].parse().expect("a token");
+    // Another client's key, as if ours had expired and been taken, with a
+    // long lease: a renewal that did not compare would keep it alive.
+    let theirs = format!("{{\"fencing_token\":{}}}", token + 1);
+    assert_eq!(redis.cli(&["SET", "stolen", &theirs, "PX", "60000"]), "OK");
+    let stolen = Instant::now();
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    assert!(
+        stolen.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        stolen.elapsed()
+    );
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains(&format!("no longer holds our fencing token {token}")),
+        "{stderr}"
+    );
+    // Their key is left alone.
+    assert_eq!(redis.cli(&["GET", "stolen"]), theirs);
+}
+
+fn paused_server_stops_the_command(pause: impl FnOnce(&Redis), resume: impl FnOnce(&Redis)) {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("paused");
+    let mut cmd = std_lockrun();
+    // The command ignores SIGTERM: the SIGKILL after the grace is needed.
+    cmd.args(["--ttl", "2s", "--kill-grace", "1s", &url, "--"])
+        .args(["sh", "-c", "trap '' TERM; echo ready $$; exec sleep 1020"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let command = lockrun.expect_ready()[0].parse::<i32>().expect("pid");
+    let _guard = SleepGuard(vec![(command, "1020")]);
+    let paused = Instant::now();
+    pause(&redis);
+    let status = lockrun.wait_exit(BOUND);
+    let took = paused.elapsed();
+    resume(&redis);
+    assert_eq!(status.code(), Some(76));
+    assert!(process_gone(command), "the command was not stopped");
+    // Lost at the lease's end (2 s after the last renewal, at most), the
+    // SIGKILL a second later: never the server's pause itself.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains(&format!(
+            "lockrun: lost the lock {url} while the command ran"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("could not be renewed for its whole TTL (2s)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("SIGKILL if it still ran 1s later"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_server_in_debug_sleep_past_the_ttl_stops_the_command_76() {
+    let sleeper = std::cell::RefCell::new(None::<Child>);
+    paused_server_stops_the_command(
+        |redis| {
+            let child = Command::new("redis-cli")
+                .args(["-p", &redis.port.to_string(), "DEBUG", "SLEEP", "6"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-cli DEBUG SLEEP");
+            *sleeper.borrow_mut() = Some(child);
+        },
+        |_| {
+            if let Some(mut child) = sleeper.borrow_mut().take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        },
+    );
+}
+
+#[test]
+fn a_stopped_server_past_the_ttl_stops_the_command_76() {
+    paused_server_stops_the_command(|r| r.signal("STOP"), |r| r.signal("CONT"));
+}
+
+#[test]
+fn a_holder_killed_with_sigkill_passes_the_lock_on_when_its_lease_expires() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("crash");
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--ttl", "3s"],
+        Path::new(&url),
+        "echo ready $$; exec sleep 1021",
+    );
+    let command = words[0].parse::<i32>().expect("pid");
+    let _guard = SleepGuard(vec![(command, "1021")]);
+    wait_for("the record to name the command", || {
+        holder_json(&url)["record"]["pid"] == command
+    });
+    kill(holder.pid(), "KILL");
+    let killed = Instant::now();
+    holder.wait_exit(BOUND);
+    // The command does not outlive lockrun: nobody renews the lease.
+    wait_for("the command to end with lockrun", || process_gone(command));
+    // (Whether lockrun's watchdog or the command's own parent-death
+    // signal stopped it is the shared run flow's business, tested there.)
+    // Still held until the key's lease runs out, then a waiter gets it.
+    lockrun().args(["-n", &url, "true"]).assert().code(75);
+    lockrun()
+        .args(["-w", "15", &url, "true"])
+        .assert()
+        .success();
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the lock should pass on within the TTL (3s), took {took:?}"
+    );
+}
+
+#[test]
+fn holder_and_check_read_the_key() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("jobs/report");
+    lockrun().args(["check", &url]).assert().code(1);
+    let (mut holder, words) = Background::lockrun_holding(
+        &[],
+        Path::new(&url),
+        "echo ready $$ $LOCKRUN_FENCING_TOKEN $LOCKRUN_LOCKFILE; read x",
+    );
+    let (pid, token) = (&words[0], &words[1]);
+    assert_eq!(words[2], url);
+    lockrun().args(["check", "-q", &url]).assert().code(0);
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held");
+    assert_eq!(json["record"]["pid"].to_string(), *pid);
+    assert!(json["record"]["host"].is_string());
+    assert_eq!(json["redis"]["key"], "jobs/report");
+    assert_eq!(json["redis"]["fencing_token"].to_string(), *token);
+    let ttl = json["redis"]["ttl_ms"].as_i64().expect("ttl_ms");
+    assert!((1..=10_000).contains(&ttl), "{json}");
+    // What the token's promise rests on.
+    assert_eq!(json["redis"]["appendonly"], "no", "{json}");
+    assert_eq!(json["redis"]["role"], "master", "{json}");
+    assert_eq!(json["redis"]["connected_replicas"], 0, "{json}");
+    let out = lockrun().args(["check", "--json", &url]).assert().code(0);
+    let check: serde_json::Value =
+        serde_json::from_slice(&out.get_output().stdout).expect("check --json");
+    assert_eq!(check["redis"]["fencing_token"].to_string(), *token);
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: held (exclusive) by pid {pid}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Redis key jobs/report, fencing token {token}")),
+        "{text}"
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    lockrun().args(["check", "-q", &url]).assert().code(1);
+    let text = holder_text(&url);
+    assert!(
+        text.starts_with(&format!("{url}: free; last held by pid {pid}")),
+        "{text}"
+    );
+    assert!(text.contains("exit 0"), "{text}");
+    // The next holder's token is larger.
+    let out = lockrun()
+        .args([&url, "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"])
+        .assert()
+        .success();
+    let next: i64 = String::from_utf8_lossy(&out.get_output().stdout)
+        .trim()
+        .parse()
+        .expect("token");
+    assert!(next > token.parse::<i64>().expect("token"));
+}
+
+/// The key gone between two renewals and the command ended before the
+/// next one: the release's compare-and-delete must notice, or lockrun
+/// reports success for a run another holder may have overlapped.
+#[test]
+fn a_key_gone_before_the_release_is_76_not_success() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("vanished");
+    let mut cmd = std_lockrun();
+    // Renewals every 15 s: none comes between the delete and the end.
+    cmd.args(["--ttl", "60s", &url, "--"])
+        .args(["sh", "-c", "echo ready; read go"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    lockrun.expect_ready();
+    wait_for("the record to be stored", || {
+        holder_json(&url)["record"]["pid"].is_number()
+    });
+    assert_eq!(redis.cli(&["DEL", "vanished"]), "1");
+    lockrun.release();
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    let stderr = stderr_of(&mut lockrun);
+    assert!(
+        stderr.contains("was gone from Redis when the command ended"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unreachable_redis_exits_69_and_never_runs_the_command() {
+    let dir = temp_dir();
+    let marker = dir.path().join("ran");
+    let (_port_guard, port) = refusing_port();
+    let url = format!("redis://127.0.0.1:{port}#x");
+    let out = lockrun()
+        .args([&url, "touch", &marker.to_string_lossy()])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.starts_with(&format!(
+            "lockrun: cannot take {url}: cannot connect to Redis at 127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the command was not run"), "{stderr}");
+    assert!(!marker.exists());
+    lockrun().args(["check", "-q", &url]).assert().code(69);
+    lockrun().args(["holder", &url]).assert().code(69);
+}
+
+#[test]
+fn lock_url_usage_errors_exit_64_and_a_password_in_the_url_is_refused_unseen() {
+    let dir = temp_dir();
+    let marker = dir.path().join("ran");
+    for args in [
+        vec!["redis://127.0.0.1:1", "true"],
+        vec!["redis://127.0.0.1:1#", "true"],
+        vec!["redis://127.0.0.1:notaport#x", "true"],
+        vec!["redis://127.0.0.1:1/db#x", "true"],
+        vec!["redis://127.0.0.1:1?x=1#x", "true"],
+        vec!["redis://127.0.0.1:1#a%0Ab", "true"],
+        vec!["redis+sentinel://127.0.0.1:1#x", "true"],
+        vec!["-s", "redis://127.0.0.1:1#x", "true"],
+        vec!["-F", "redis://127.0.0.1:1#x", "true"],
+        vec!["--poll", "1", "redis://127.0.0.1:1#x", "true"],
+        vec!["--ttl", "100ms", "redis://127.0.0.1:1#x", "true"],
+        vec!["--slots", "2", "-s", "redis://127.0.0.1:1#x", "true"],
+    ] {
+        let out = lockrun().args(&args).assert().code(64);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(stderr.starts_with("lockrun: "), "{args:?}: {stderr}");
+    }
+    // A password in the URL: refused before anything is sent, and shown
+    // nowhere, not even in `ps` while lockrun reads its arguments.
+    for url in [
+        "redis://app:s3cretpw@127.0.0.1:1#x",
+        "redis://:s3cretpw@127.0.0.1:1#x",
+    ] {
+        let out = lockrun()
+            .args([url, "touch", &marker.to_string_lossy()])
+            .assert()
+            .code(64);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(!stderr.contains("s3cretpw"), "{stderr}");
+        assert!(stderr.contains("REDISCLI_AUTH"), "{stderr}");
+        assert!(!marker.exists());
+    }
+}
+
+#[test]
+fn an_acl_user_with_the_password_from_the_environment_and_a_wrong_one_69() {
+    let Some(redis) = Redis::start() else { return };
+    redis.cli(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">apppw-9f2",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let url = format!("redis://app@127.0.0.1:{}#acl", redis.port);
+    for var in ["REDISCLI_AUTH", "LOCKRUN_REDIS_PASSWORD"] {
+        let out = lockrun()
+            .args([&url, "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"])
+            .env_remove("REDISCLI_AUTH")
+            .env_remove("LOCKRUN_REDIS_PASSWORD")
+            .env(var, "apppw-9f2")
+            .assert()
+            .success();
+        let token = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+        assert!(token.trim().parse::<i64>().is_ok(), "{var}: {token}");
+    }
+    // The record and holder's output carry no password.
+    let holder = lockrun()
+        .args(["holder", "--json", &url])
+        .env("REDISCLI_AUTH", "apppw-9f2")
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&holder.get_output().stdout).into_owned();
+    assert!(text.contains("\"state\":\"free\""), "{text}");
+    assert!(!text.contains("apppw"), "{text}");
+    assert!(!redis.cli(&["GET", "acl:last"]).contains("apppw"));
+    // A wrong password: 69, saying who was refused and where the password
+    // came from, never what it was.
+    let out = lockrun()
+        .args([&url, "true"])
+        .env_remove("LOCKRUN_REDIS_PASSWORD")
+        .env("REDISCLI_AUTH", "wrong-pw-77")
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("refused user app"), "{stderr}");
+    assert!(stderr.contains("$REDISCLI_AUTH"), "{stderr}");
+    assert!(!stderr.contains("wrong-pw-77"), "{stderr}");
+}
+
+#[test]
+fn redis_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
+    let Some(redis) = Redis::start() else { return };
+    meter_run(std_lockrun, &["--slots", "3"], redis.url("gpu"), 7, 3).unwrap();
+    // The last slot holder took N's key with it: a plain lock may follow.
+    assert_eq!(redis.cli(&["EXISTS", "gpu:slots"]), "0");
+    lockrun()
+        .args(["-n", &redis.url("gpu"), "true"])
+        .assert()
+        .success();
+}
+
+/// The control: the same meter fails when the limit is broken.
+#[test]
+fn the_redis_meter_catches_a_broken_limit() {
+    let Some(redis) = Redis::start() else { return };
+    let too_many = meter_run(std_lockrun, &["--slots", "7"], redis.url("gpu"), 7, 3).unwrap_err();
+    assert!(too_many.contains("more than 3"), "{too_many}");
+}
+
+#[test]
+fn a_different_number_of_slots_or_none_is_a_usage_error_naming_both() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("pool");
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--slots", "2"],
+        Path::new(&url),
+        "echo ready $$ $LOCKRUN_SLOT; read x",
+    );
+    assert_eq!(words[1], "1");
+    let out = lockrun()
+        .args(["--slots", "3", &url, "true"])
+        .assert()
+        .code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("is used with --slots 2") && stderr.contains("not --slots 3"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("pid {}", words[0])), "{stderr}");
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("this lockrun has no --slots"), "{stderr}");
+    // holder/check show every slot.
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held", "{json}");
+    assert_eq!(json["slots"], 2, "{json}");
+    assert_eq!(json["slot_reports"][0]["state"], "held", "{json}");
+    assert_eq!(json["slot_reports"][1]["state"], "free", "{json}");
+    assert_eq!(
+        json["slot_reports"][0]["record"]["pid"].to_string(),
+        words[0]
+    );
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // And the other way round: a plain holder refuses a slot contender.
+    let (mut plain, words) =
+        Background::lockrun_holding(&[], Path::new(&url), "echo ready $$; read x");
+    let out = lockrun()
+        .args(["--slots", "2", "-n", &url, "true"])
+        .assert()
+        .code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains(&format!("is held without --slots (by pid {}", words[0])),
+        "{stderr}"
+    );
+    plain.release();
+    assert!(plain.wait_exit(BOUND).success());
+}
+
+#[test]
+fn a_lost_slot_stops_its_command_76_and_frees_only_that_slot() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("lanes");
+    let (mut first, _) = Background::lockrun_holding(
+        &["--slots", "2"],
+        Path::new(&url),
+        "echo ready $LOCKRUN_SLOT; read x",
+    );
+    let mut cmd = std_lockrun();
+    cmd.args(["--slots", "2", "--ttl", "2s", &url, "--"])
+        .args(["sh", "-c", "echo ready $LOCKRUN_SLOT; exec sleep 1022"])
+        .stderr(Stdio::piped());
+    let mut second = Background::spawn(cmd);
+    assert_eq!(second.expect_ready(), ["2"]);
+    assert_eq!(redis.cli(&["DEL", "lanes:slot:2"]), "1");
+    assert_eq!(second.wait_exit(BOUND).code(), Some(76));
+    let stderr = stderr_of(&mut second);
+    assert!(
+        stderr.contains("lanes:slot:2 is gone from Redis"),
+        "{stderr}"
+    );
+    // Slot 1 is still held; slot 2 is free again.
+    let out = lockrun()
+        .args(["--slots", "2", "-n", &url, "sh", "-c", "echo $LOCKRUN_SLOT"])
+        .assert()
+        .success();
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stdout).trim(),
+        "2"
+    );
+    first.release();
+    assert!(first.wait_exit(BOUND).success());
+}
+
+#[test]
+fn rediss_verifies_the_server_with_the_ca_given_and_refuses_another() {
+    let Some(pki) = Pki::make() else { return };
+    let Some(redis) = Redis::start_tls(&pki, false) else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}#secure", redis.tls_port);
+    let ca = pki.file("ca.pem");
+    let out = lockrun()
+        .args([
+            "--cacert",
+            &ca,
+            &url,
+            "sh",
+            "-c",
+            "echo $LOCKRUN_FENCING_TOKEN",
+        ])
+        .assert()
+        .success();
+    let token = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(token.trim().parse::<i64>().is_ok(), "{token}");
+    // holder/check take the same option.
+    lockrun()
+        .args(["check", "--cacert", &ca, &url])
+        .assert()
+        .code(1);
+    assert_eq!(redis.cli(&["EXISTS", "secure:last"]), "1");
+    // Another CA, or none (the system's roots): 69, saying it was TLS.
+    for args in [vec!["--cacert", &*pki.file("other-ca.pem")], vec![]] {
+        let out = lockrun().args(&args).args([&url, "true"]).assert().code(69);
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(stderr.contains("TLS with Redis at 127.0.0.1"), "{stderr}");
+    }
+    // TLS files with a plain redis:// URL: a usage error saying what to
+    // write instead.
+    let plain = format!("redis://127.0.0.1:{}#secure", redis.port);
+    let out = lockrun()
+        .args(["--cacert", &ca, &plain, "true"])
+        .assert()
+        .code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("write the lock URL as rediss://"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn rediss_presents_the_client_certificate_when_the_server_asks() {
+    let Some(pki) = Pki::make() else { return };
+    let Some(redis) = Redis::start_tls(&pki, true) else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}#mtls", redis.tls_port);
+    let (ca, cert, key) = (
+        pki.file("ca.pem"),
+        pki.file("client.pem"),
+        pki.file("client.key"),
+    );
+    lockrun()
+        .args([
+            "--cacert", &ca, "--cert", &cert, "--key", &key, &url, "true",
+        ])
+        .assert()
+        .success();
+    // Without it the server hangs up: 69.
+    lockrun()
+        .args(["--cacert", &ca, &url, "true"])
+        .assert()
+        .code(69);
+    lockrun()
+        .args(["--cacert", &ca, "--cert", &cert, &url, "true"])
+        .assert()
+        .code(64);
+}
+
+/// A primary, its replica, and one Sentinel watching them.
+struct Sentinelled {
+    primary: Redis,
+    replica: Redis,
+    sentinel: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sentinelled {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+    }
+}
+
+impl Sentinelled {
+    fn start() -> Option<Sentinelled> {
+        let sentinel_bin = ["/usr/bin/redis-sentinel", "redis-sentinel"]
+            .into_iter()
+            .find(|b| Path::new(b).exists() || has(b));
+        let Some(sentinel_bin) = sentinel_bin else {
+            missing("redis-sentinel");
+            return None;
+        };
+        let primary = Redis::start()?;
+        let replica = Redis::start_with(
+            &["--replicaof", "127.0.0.1", &primary.port.to_string()],
+            false,
+        )?;
+        let dir = temp_dir();
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor lockm 127.0.0.1 {} 1\nsentinel down-after-milliseconds lockm 1000\nsentinel failover-timeout lockm 5000\n",
+                dir.path().display(),
+                primary.port
+            ),
+        )
+        .expect("sentinel.conf");
+        let sentinel = Command::new(sentinel_bin)
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start redis-sentinel");
+        let set = Sentinelled {
+            primary,
+            replica,
+            sentinel,
+            port,
+            _dir: dir,
+        };
+        wait_for("the replica to be in sync", || {
+            set.replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+        wait_for("the Sentinel to know the replica", || {
+            set.ask(&["SENTINEL", "replicas", "lockm"])
+                .lines()
+                .any(|l| l == "slave")
+        });
+        Some(set)
+    }
+
+    fn ask(&self, args: &[&str]) -> String {
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/lockm#{name}", self.port)
+    }
+
+    fn primary_port(&self) -> String {
+        self.ask(&["SENTINEL", "get-master-addr-by-name", "lockm"])
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+#[test]
+fn through_sentinel_a_holder_keeps_the_lock_across_a_failover() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = set.url("job");
+    let (mut holder, words) = Background::lockrun_holding(
+        &["--ttl", "4s"],
+        Path::new(&url),
+        "echo ready $LOCKRUN_FENCING_TOKEN; read x",
+    );
+    let token: i64 = words[0].parse().expect("a token");
+    assert_eq!(set.primary.cli(&["EXISTS", "job"]), "1");
+    // The replica is promoted; the old primary becomes its replica.
+    assert_eq!(set.ask(&["SENTINEL", "FAILOVER", "lockm"]), "OK");
+    let replica = set.replica.port.to_string();
+    wait_for("the Sentinel to name the new primary", || {
+        set.primary_port() == replica
+    });
+    wait_for("the replica to be promoted", || {
+        set.replica.cli(&["ROLE"]).starts_with("master")
+    });
+    // Renewed on the new primary, found through the Sentinel (its calls
+    // of the renewal script there), past the TTL of the lease that the
+    // old primary had: still held by the same token.
+    let promoted = Instant::now();
+    let renewals = || {
+        set.replica
+            .cli(&["INFO", "commandstats"])
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum::<u64>()
+    };
+    wait_for("renewals on the new primary past the TTL", || {
+        renewals() >= 3 && promoted.elapsed() > Duration::from_secs(4)
+    });
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "held", "{json} {}", holder.stderr_text());
+    assert_eq!(json["redis"]["fencing_token"], token, "{json}");
+    lockrun().args(["-n", &url, "true"]).assert().code(75);
+    holder.release();
+    assert!(
+        holder.wait_exit(BOUND).success(),
+        "{}",
+        holder.stderr_text()
+    );
+    // The counter came with the failover: the next token is larger.
+    let out = lockrun()
+        .args([&url, "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"])
+        .assert()
+        .success();
+    let next: i64 = String::from_utf8_lossy(&out.get_output().stdout)
+        .trim()
+        .parse()
+        .expect("a token");
+    assert!(next > token, "{next} after {token}");
+}
+
+#[test]
+fn a_sentinel_that_does_not_know_the_primary_is_69() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = format!("redis+sentinel://127.0.0.1:{}/nosuch#job", set.port);
+    let out = lockrun().args([&url, "true"]).assert().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("does not know a primary named nosuch"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_waiter_uses_no_cpu_and_is_counted_by_holder() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("idle");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--ttl", "30s"], Path::new(&url), "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "60", &url, "true"]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the waiter to subscribe", || {
+        holder_json(&url)["waiting"] == 1
+    });
+    let pid = waiter.pid();
+    let (ticks, woke) = (cpu_ticks(pid), wakeups(pid));
+    // The window over which CPU time is counted (not a synchronisation).
+    std::thread::sleep(Duration::from_secs(3));
+    let (used, woke) = (cpu_ticks(pid) - ticks, wakeups(pid) - woke);
+    eprintln!("waiter {pid}: {used} ticks, {woke} wake-ups in 3 s");
+    assert!(used <= 2, "the waiter used {used} clock ticks in 3 seconds");
+    // The run flow's own 250 ms tick (a deadline to watch), no more: the
+    // thread waiting in Redis sleeps until the release message.
+    assert!(
+        woke <= 40,
+        "the waiter's threads woke {woke} times in 3 seconds"
+    );
+    assert!(!waiter.has_exited());
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert!(waiter.wait_exit(BOUND).success());
+}
+
+#[test]
+fn hostile_lock_names_are_keys_like_any_other_and_shown_escaped() {
+    let Some(redis) = Redis::start() else { return };
+    let long = "x".repeat(10 * 1024);
+    for name in [
+        "quote\"and'apostrophe",
+        "日本語/ジョブ ✓",
+        "a%23hash%20and%25percent",
+        "\u{202e}reversed",
+        long.as_str(),
+    ] {
+        let url = redis.url(name);
+        let (mut holder, _) =
+            Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+        lockrun().args(["-n", &url, "true"]).assert().code(75);
+        let text = holder_text(&url);
+        assert!(text.contains(": held (exclusive) by pid"), "{name}: {text}");
+        assert!(!text.contains('\u{202e}'), "{name}: {text}");
+        holder.release();
+        assert!(holder.wait_exit(BOUND).success());
+    }
+    // The percent-decoded name is the key.
+    assert_eq!(redis.cli(&["EXISTS", "a#hash and%percent:last"]), "1");
+    // A control character, even percent-encoded (NUL, newline): 64.
+    for name in ["a%00b", "a%0Ab", "%1B[31m"] {
+        lockrun().args([&redis.url(name), "true"]).assert().code(64);
+    }
+}
+
+#[test]
+fn a_replica_or_a_cluster_node_is_refused_69_saying_why() {
+    let Some(primary) = Redis::start() else {
+        return;
+    };
+    let Some(replica) = Redis::start_with(
+        &["--replicaof", "127.0.0.1", &primary.port.to_string()],
+        false,
+    ) else {
+        return;
+    };
+    let out = lockrun()
+        .args([&replica.url("job"), "true"])
+        .assert()
+        .code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("is a read-only replica"), "{stderr}");
+    let Some(node) = Redis::start_with(&["--cluster-enabled", "yes"], false) else {
+        return;
+    };
+    let out = lockrun().args([&node.url("job"), "true"]).assert().code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("runs in cluster mode"), "{stderr}");
+}
+
+/// Without persistence a restarted server has forgotten the key: the
+/// holder's next renewal finds it gone, and the command is stopped.
+#[test]
+fn a_server_restarted_while_holding_stops_the_command_76() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let url = redis.url("restart");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", &url, "--"])
+        .args(["sh", "-c", "echo ready; exec sleep 1023"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    lockrun.expect_ready();
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let port = redis.port.to_string();
+    let restarted = Command::new(SERVER)
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(redis.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("restart redis-server");
+    redis.child = restarted;
+    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
+    let stderr = stderr_of(&mut lockrun);
+    // Gone (the restarted server answered) or not renewed for the TTL
+    // (it had not come back yet): either way the command was stopped.
+    assert!(
+        stderr.contains("is gone from Redis") || stderr.contains("for its whole TTL"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn max_time_on_a_redis_lock_stops_the_command_and_releases() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("bounded");
+    let out = lockrun()
+        .args([
+            "--max-time",
+            "1s",
+            "--kill-grace",
+            "1s",
+            &url,
+            "sleep",
+            "1024",
+        ])
+        .assert()
+        .code(124);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("--max-time"), "{stderr}");
+    assert_eq!(redis.cli(&["EXISTS", "bounded"]), "0");
+    let json = holder_json(&url);
+    assert_eq!(json["state"], "free", "{json}");
+    assert_eq!(json["record"]["exit"]["max_time"], "1s", "{json}");
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait_at_once() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("queue");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--ttl", "30s"], Path::new(&url), "echo ready; read x");
+    for args in [vec!["-w", "60"], vec![]] {
+        let mut cmd = std_lockrun();
+        cmd.args(&args).args([&url, "--", "echo", "ran"]);
+        let mut waiter = Background::spawn_quiet(cmd);
+        wait_for("the waiter to subscribe", || {
+            holder_json(&url)["waiting"] == 1
+        });
+        let signalled = Instant::now();
+        kill(waiter.pid(), "TERM");
+        let status = waiter.wait_exit(BOUND);
+        assert_eq!(status.code(), Some(128 + 15), "{args:?}");
+        assert!(
+            signalled.elapsed() < Duration::from_secs(2),
+            "{args:?}: {:?}",
+            signalled.elapsed()
+        );
+        assert_eq!(waiter.line(Duration::from_millis(100)), None, "{args:?}");
+        wait_for("the waiter to unsubscribe", || {
+            holder_json(&url)["waiting"] == 0
+        });
+    }
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+#[test]
+fn waiters_are_served_in_the_order_they_came() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("fifo");
+    let dir = temp_dir();
+    let order = dir.path().join("order");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let mut waiters = Vec::new();
+    for i in 1..=4 {
+        let mut cmd = std_lockrun();
+        cmd.args(["-w", "60", &url, "sh", "-c"])
+            .arg(format!("echo {i} >> '{}'", order.display()));
+        waiters.push(Background::spawn_quiet(cmd));
+        // Each is queued before the next one comes.
+        wait_for("the waiter to be queued", || {
+            redis.cli(&["ZCARD", "fifo:queue"]) == i.to_string()
+        });
+    }
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    for waiter in &mut waiters {
+        assert!(waiter.wait_exit(BOUND).success());
+    }
+    let served = std::fs::read_to_string(&order).expect("read the order");
+    assert_eq!(served, "1\n2\n3\n4\n");
+    assert_eq!(redis.cli(&["ZCARD", "fifo:queue"]), "0");
+}
+
+#[test]
+fn a_queued_waiter_that_died_keeps_its_turn_only_until_its_ttl() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("deadq");
+    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", "-w", "60", &url, "true"]);
+    let mut dead = Background::spawn_quiet(cmd);
+    wait_for("the waiter to be queued", || {
+        redis.cli(&["ZCARD", "deadq:queue"]) == "1"
+    });
+    kill(dead.pid(), "KILL");
+    dead.wait_exit(BOUND);
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    // Free, but the dead waiter's turn: a newcomer is told so.
+    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("is held for 1 lockrun queued before this one"),
+        "{stderr}"
+    );
+    // Its place expires with its TTL, and the next waiter gets the lock.
+    let started = Instant::now();
+    lockrun()
+        .args(["-w", "20", &url, "true"])
+        .assert()
+        .success();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(redis.cli(&["ZCARD", "deadq:queue"]), "0");
+}
+
+#[test]
+fn through_sentinel_a_waiter_gets_the_lock_after_a_failover() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = set.url("next");
+    let (mut holder, _) =
+        Background::lockrun_holding(&["--ttl", "3s"], Path::new(&url), "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "3s", "-w", "30", &url, "--", "echo", "ran"]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the waiter to be queued", || {
+        set.primary.cli(&["ZCARD", "next:queue"]) == "1"
+    });
+    assert_eq!(set.ask(&["SENTINEL", "FAILOVER", "lockm"]), "OK");
+    let replica = set.replica.port.to_string();
+    wait_for("the Sentinel to name the new primary", || {
+        set.primary_port() == replica
+    });
+    holder.release();
+    assert!(
+        holder.wait_exit(BOUND).success(),
+        "{}",
+        holder.stderr_text()
+    );
+    let released = Instant::now();
+    // Its subscription may be on the old primary: woken by its own
+    // look at the queue (every TTL/3) if not by the message.
+    assert_eq!(
+        waiter.line(BOUND).as_deref(),
+        Some("ran"),
+        "{}",
+        waiter.stderr_text()
+    );
+    assert!(waiter.wait_exit(BOUND).success());
+    assert!(
+        released.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        released.elapsed()
+    );
+}
+
+/// `--skip-if-succeeded-within` on Redis goes by the record the last
+/// release kept under `NAME:last`, read with the lock held; and
+/// `check --token` is 0 only for the current holder's token (both came
+/// from other branches the day Redis landed).
+#[test]
+fn skip_if_succeeded_and_check_token_work_on_redis() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url("nightly");
+    let dir = temp_dir();
+    let ran = dir.path().join("ran");
+    let run = |code: &str| {
+        lockrun()
+            .args(["--skip-if-succeeded-within", "1h", &url, "sh", "-c"])
+            .arg(format!("echo x >> '{}'; exit {code}", ran.display()))
+            .output()
+            .expect("run lockrun")
+    };
+    let runs = || {
+        std::fs::read_to_string(&ran)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    // A failure never skips the next run; a success skips the one after.
+    assert_eq!(run("1").status.code(), Some(1));
+    assert_eq!(run("0").status.code(), Some(0));
+    assert_eq!(runs(), 2);
+    let skipped = run("0");
+    assert_eq!(skipped.status.code(), Some(0));
+    assert_eq!(runs(), 2, "{skipped:?}");
+    // check --token.
+    let check = |token: &str| {
+        lockrun()
+            .args(["check", "-q", "--token", token, &url])
+            .output()
+            .expect("run check")
+            .status
+            .code()
+    };
+    let (mut holder, words) = Background::lockrun_holding(
+        &[],
+        Path::new(&url),
+        r#"echo ready $LOCKRUN_FENCING_TOKEN "$LOCKRUN_LOCK_URL"; read x"#,
+    );
+    let token = words[0].clone();
+    assert_eq!(words.get(1), Some(&url));
+    wait_for("the record to carry the token", || check(&token) == Some(0));
+    let older = (token.parse::<i64>().expect("a token") - 1).to_string();
+    assert_eq!(check(&older), Some(1));
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    assert_eq!(check(&token), Some(1));
+}
