@@ -1502,3 +1502,58 @@ fn skip_if_succeeded_and_check_token_work_on_redis() {
     assert!(holder.wait_exit(BOUND).success());
     assert_eq!(check(&token), Some(1));
 }
+
+/// Issue 30 on Redis: three "hosts" (each in a UTS namespace of its own,
+/// so their records name three hosts) start the same job on one lock at
+/// once: exactly one runs it, the others find its success under
+/// `NAME:last` with the lock held, and skip.
+#[test]
+fn three_hosts_on_one_redis_lock_started_at_once_exactly_one_runs() {
+    let Some(redis) = Redis::start() else { return };
+    let own_hosts = rustix::process::geteuid().is_root()
+        && std::process::Command::new("unshare")
+            .args(["--uts", "sh", "-c", "hostname lockrun-test-host"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !own_hosts {
+        skip("needs root and unshare --uts to give each process a host name of its own");
+        return;
+    }
+    let url = redis.url("fleet");
+    let dir = temp_dir();
+    let runs = dir.path().join("runs");
+    let mut hosts: Vec<Background> = (1..=3)
+        .map(|n| {
+            let mut cmd = std::process::Command::new("unshare");
+            cmd.args(["--uts", "sh", "-c"])
+                .arg(format!(
+                    "hostname db{n} && exec \"$0\" -w 60 --skip-if-succeeded-within 1h \"$1\" sh -c 'echo \"$(hostname)\" >> \"$0\"; read x' \"$2\""
+                ))
+                .args([bin(), &url])
+                .arg(&runs);
+            Background::spawn_quiet(cmd)
+        })
+        .collect();
+    let lines = || {
+        std::fs::read_to_string(&runs)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    wait_for("one host to run and two to queue", || {
+        lines() >= 1 && holder_json(&url)["waiting"] == 2
+    });
+    for h in &mut hosts {
+        h.release();
+    }
+    for mut h in hosts {
+        let status = h.wait_exit(BOUND);
+        assert!(status.success(), "{status:?}: {}", h.stderr_text());
+    }
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(ran.lines().count(), 1, "more than one host ran: {ran}");
+    // The two that skipped let go of the lock at once (not after a TTL).
+    lockrun().args(["check", "-q", &url]).assert().code(1);
+    let record = holder_json(&url)["record"].clone();
+    assert_eq!(record["host"], ran.trim(), "{record}");
+    assert_eq!(record["exit"]["code"], 0);
+}

@@ -435,6 +435,10 @@ impl Backend for RedisBackend {
     }
 
     fn give_up(mut self) {
+        // Given up with the key ours (`--skip-if-succeeded-within` skips
+        // after taking the lock): let go of it now, keeping `NAME:last` as
+        // it was, rather than leave the lock held for a TTL.
+        self.undo();
         // The waiting thread leaves the queue when told to stop; if it
         // could not (it was left behind), the main connection does.
         if self.connection().is_ok()
