@@ -762,6 +762,22 @@ fn skip_usage_errors_say_why() {
 fn waiting_for_a_set_is_a_kernel_wait_on_the_busy_lock() {
     let dir = temp_dir();
     let (a, b, c) = paths(&dir);
+    // The busy lock must be the first of the order (device, then inode):
+    // both waiters then queue on it. Behind a free one first in the order,
+    // the second waiter would wait on the lock the first one took, which
+    // is right but not what this counts (inode numbers are reused: seen
+    // in CI, "timed out waiting for both waiters in B's kernel queue").
+    for p in [&a, &b, &c] {
+        std::fs::write(p, b"").expect("create a lock file");
+    }
+    use std::os::unix::fs::MetadataExt;
+    let mut files = [a, b, c];
+    files.sort_by_key(|p| {
+        std::fs::metadata(p)
+            .map(|m| (m.dev(), m.ino()))
+            .unwrap_or_default()
+    });
+    let [b, a, c] = files;
     let (_holder, _) = Background::lockrun_holding(&[], &b, "echo ready; exec sleep 60");
     let waiters: Vec<Background> = [&["-w", "60"][..], &[]]
         .iter()
