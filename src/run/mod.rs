@@ -141,14 +141,18 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     // Everything that does not need the lock is prepared before taking it,
     // so that a waiter that gets the lock starts its command at once.
     let mut recording = Recording::prepare(flow);
-    let mut env = vec![
+    // A fixed array, no allocation on the file path: LOCKRUN_LOCK_URL is
+    // the third entry, and only a lock URL's run passes it on.
+    let every = [
         ("LOCKRUN_LOCKFILE", flow.lockfile.as_os_str()),
         ("LOCKRUN_MODE", OsStr::new(flow.mode.as_str())),
+        (
+            "LOCKRUN_LOCK_URL",
+            flow.lock_url.as_deref().unwrap_or_default(),
+        ),
     ];
-    if let Some(url) = &flow.lock_url {
-        env.push(("LOCKRUN_LOCK_URL", url.as_os_str()));
-    }
-    let mut command = command_line(&flow.settings.command, &env, &[])?;
+    let env = &every[..if flow.lock_url.is_some() { 3 } else { 2 }];
+    let mut command = command_line(&flow.settings.command, env, &[])?;
     // Whether lockrun will stay in the command's process group (a terminal,
     // a session leader) does not change while it waits.
     let kept_group = if flow.exec_in_place {
@@ -189,7 +193,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     }
     let extra = held.env();
     if !extra.is_empty() {
-        command = command_line(&flow.settings.command, &env, &extra)?;
+        command = command_line(&flow.settings.command, env, &extra)?;
     }
     if let Some(recording) = &mut recording {
         recording.acquired(&held);
