@@ -82,7 +82,7 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             break
         }
         'lockrun;check' {
-            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Lock URLs only (shown in builds that have them; see `command_for`)')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Lock URLs only: is T the fencing token of a current holder?')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print the same JSON object as `holder --json`')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing; answer with the exit status only')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing; answer with the exit status only')

@@ -264,6 +264,29 @@ _lockrun__takes_value() {
     esac
 }
 
+# Long option word $1 by its whole name, when it is an unambiguous prefix
+# of one (clap's function knows only whole names); else $1 as it is.
+_lockrun__whole() {
+    local long=${1#--} name match= n=0
+    if [[ $1 == --?* && $1 != *=* ]]; then
+        for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within help version; do
+            if [[ $name == "$long" ]]; then
+                match=$name n=1
+                break
+            fi
+            if [[ $name == "$long"* ]]; then
+                match=$name
+                ((n++))
+            fi
+        done
+    fi
+    if ((n == 1)); then
+        printf -- '--%s' "$match"
+    else
+        printf '%s' "$1"
+    fi
+}
+
 # Files, with bash-completion's quoting where it is loaded.
 _lockrun__files() {
     if declare -F _filedir >/dev/null; then
@@ -330,7 +353,7 @@ _lockrun() {
             # -c SHELL_COMMAND: it starts with a command name.
             COMPREPLY=($(compgen -c -- "$cur"))
         elif [[ $cur == -* ]] || _lockrun__takes_value "$prev"; then
-            _lockrun__clap "$@"
+            _lockrun__clap "$1" "$2" "$(_lockrun__whole "$prev")"
         elif [[ -n $fd ]]; then
             # --fd N: no lock file; the command comes first.
             _lockrun__command "$COMP_CWORD"

@@ -76,7 +76,7 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand --help 'Print help'
         }
         &'lockrun;check'= {
-            cand --token 'Lock URLs only (shown in builds that have them; see `command_for`)'
+            cand --token 'Lock URLs only: is T the fencing token of a current holder?'
             cand --json 'Print the same JSON object as `holder --json`'
             cand -q 'Print nothing; answer with the exit status only'
             cand --quiet 'Print nothing; answer with the exit status only'

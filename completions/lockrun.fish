@@ -60,14 +60,14 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print no
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Say who holds the lock while waiting, and how long acquiring took'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "holder" -d 'Who holds each lock now, or held it last (never takes the lock)'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'Every lock on this host, or the lock files given, one per line (never takes a lock)'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'
+complete -c lockrun -n "__fish_lockrun_first_word" -a "holder" -d 'Who holds each lock now, or held it last (never takes the lock)'
+complete -c lockrun -n "__fish_lockrun_first_word" -a "list" -d 'Every lock on this host, or the lock files given, one per line (never takes a lock)'
+complete -c lockrun -n "__fish_lockrun_first_word" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -l json -d 'One JSON object per path, one per line'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'One JSON object per lock, one per line (holder --json\'s schema)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help'
-complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l token -d 'Lock URLs only (shown in builds that have them; see `command_for`)' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l token -d 'Lock URLs only: is T the fencing token of a current holder?' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l json -d 'Print the same JSON object as `holder --json`'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s q -l quiet -d 'Print nothing; answer with the exit status only'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l probe -d 'Where the kernel cannot tell, try the lock without waiting and release it at once (this touches the lock: a concurrent `lockrun -n` may fail while it is held)'
@@ -76,6 +76,12 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s h -l help -d '
 # lockrun's own part (src/generate/completion.rs): the command after the
 # lock file, and its arguments, complete by that command's own completion
 # (as sudo's and env's do in fish).
+
+# Whether the word being completed is the first after lockrun: the only
+# place for a subcommand.
+function __fish_lockrun_first_word
+    test (count (commandline -opc)) -eq 1
+end
 
 # Whether option word $argv[1] reads the next word as its value (a long
 # option may be an unambiguous prefix; in a cluster of short options the
@@ -161,5 +167,23 @@ function __fish_lockrun_command_words
     test $start -le $n; and printf '%s\n' $tokens[$start..-1]
     return 0
 end
+
+# An abbreviated long option (--time for --timeout) still reads its value:
+# clap's rules know only the whole name, so without this fish offered files.
+function __fish_lockrun_abbreviated_value
+    set -l tokens (commandline -opc)
+    set -l word $tokens[-1]
+    string match -q -- '--?*' $word; or return 1
+    string match -q -- '*=*' $word; and return 1
+    set -l long (string sub -s 3 -- $word)
+    contains -- $long generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within help version; and return 1
+    __fish_lockrun_takes_value $word; or return 1
+    for name in also
+        string match -q -- "$long*" $name; and return 1
+    end
+    return 0
+end
+
+complete -c lockrun -n __fish_lockrun_abbreviated_value -f
 
 complete -c lockrun -n __fish_lockrun_command_words -f -a '(__fish_complete_subcommand --commandline (__fish_lockrun_command_words) (commandline -ct))'

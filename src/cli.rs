@@ -299,7 +299,9 @@ pub enum Inspect {
         /// touches the lock: a concurrent `lockrun -n` may fail while it is held)
         #[arg(long)]
         probe: bool,
-        /// Lock URLs only (shown in builds that have them; see `command_for`)
+        // Hidden in builds without lock URLs; `command_for` shows it, with
+        // its own help, in those that have them.
+        /// Lock URLs only: is T the fencing token of a current holder?
         #[arg(long, value_name = "T", allow_negative_numbers = true, hide = true, value_hint = ValueHint::Other)]
         token: Option<i64>,
         /// The lock file to look at

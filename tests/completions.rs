@@ -191,6 +191,9 @@ fn bash_offers_no_files_for_options_that_take_a_number_or_a_duration() {
         "--poll",
         "--start",
         "--length",
+        // Abbreviated, as clap accepts them.
+        "--time",
+        "--max-t",
     ] {
         let Some(got) = bash(&["lockrun", option, ""]) else {
             return;
@@ -225,6 +228,9 @@ fn bash_offers_files_for_holder_and_check_and_the_lock_file() {
     // subcommands beside the files.
     let got = bash(&["lockrun", "-n", "-w", "5", "al"]).unwrap_or_default();
     assert_eq!(got, ["alpha.lock"]);
+    // After an option, files only: a subcommand is only ever the first word.
+    let got = bash(&["lockrun", "-n", ""]).unwrap_or_default();
+    assert_eq!(got, ["alpha.lock", "beta.txt"], "lockrun -n <TAB>");
     let got = bash(&["lockrun", ""]).unwrap_or_default();
     for want in ["alpha.lock", "beta.txt", "holder", "check"] {
         assert!(
@@ -364,6 +370,22 @@ fn check_shell(shell: &str, complete: fn(&str) -> Option<Vec<String>>) {
     }
     let got = complete("lockrun -n al").unwrap_or_default();
     assert_eq!(got, ["alpha.lock"], "{shell}");
+    // After an option the word is the lock file: a subcommand is only ever
+    // the first word (`lockrun -n holder` locks a file named holder).
+    let got = complete("lockrun -n ").unwrap_or_default();
+    assert_eq!(got, ["alpha.lock", "beta.txt"], "{shell}: lockrun -n <TAB>");
+    // An abbreviated long option (clap takes any unambiguous prefix) still
+    // reads its value: `--time 5` is `--timeout 5`.
+    let got = complete("lockrun --time ").unwrap_or_default();
+    assert!(
+        !got.iter().any(|c| is_file(c)),
+        "{shell}: lockrun --time <TAB> offered {got:?}"
+    );
+    assert_eq!(
+        complete("lockrun --time 5 /tmp/x.lock frobnicate al").unwrap_or_default(),
+        ["alpha-one"],
+        "{shell}: an abbreviated option's value is not the lock file"
+    );
 }
 
 #[test]

@@ -23,6 +23,8 @@ struct RunOptions {
     longs: Vec<String>,
     /// The long options that read a value.
     value_longs: Vec<String>,
+    /// Those of them whose value is a file (`--also`).
+    path_longs: Vec<String>,
     /// The short options that read a value, as one string of letters.
     value_shorts: String,
     /// `-c`/`--command`: the command comes as one string, not after the
@@ -57,6 +59,7 @@ fn run_options(cmd: &clap::Command) -> RunOptions {
     let mut opts = RunOptions {
         longs: Vec::new(),
         value_longs: Vec::new(),
+        path_longs: Vec::new(),
         value_shorts: String::new(),
         command_string: Vec::new(),
         fd: Vec::new(),
@@ -92,6 +95,12 @@ fn run_options(cmd: &clap::Command) -> RunOptions {
             opts.fd.extend(dashed.iter().cloned());
         }
         if arg.get_action().takes_values() {
+            if matches!(
+                arg.get_value_hint(),
+                clap::ValueHint::FilePath | clap::ValueHint::AnyPath | clap::ValueHint::DirPath
+            ) {
+                opts.path_longs.extend(longs.iter().cloned());
+            }
             opts.value_longs.extend(longs.iter().cloned());
             opts.value_shorts.extend(shorts.iter());
         }
@@ -126,17 +135,29 @@ fn bash(opts: &RunOptions, generated: Vec<u8>) -> Vec<u8> {
         None => &body[..],
     };
     let mut out = String::from(body);
-    out.push_str(
-        &BASH_WRAPPER
-            .replace("@LONGS@", &opts.longs.join(" "))
-            .replace("@VALUE_LONGS@", &opts.value_longs.join(" "))
-            .replace("@VALUE_SHORTS@", &opts.value_shorts)
-            .replace("@COMMAND_STRING@", &opts.command_string.join(" "))
-            .replace("@FD@", &opts.fd.join(" "))
-            .replace("@SUB_VALUES@", &opts.sub_values.join(" "))
-            .replace("@SUBCOMMANDS@", &opts.subcommands.join(" ")),
-    );
+    out.push_str(&fill(BASH_WRAPPER, opts));
     out.into_bytes()
+}
+
+/// A wrapper template with its `@NAME@`s filled in from the clap
+/// definition: the same names for every shell's wrapper.
+fn fill(template: &str, opts: &RunOptions) -> String {
+    let names: [(&str, String); 8] = [
+        ("@LONGS@", opts.longs.join(" ")),
+        // Before @VALUE_LONGS@'s name would match its start.
+        ("@VALUE_LONGS_PATHS@", opts.path_longs.join(" ")),
+        ("@VALUE_LONGS@", opts.value_longs.join(" ")),
+        ("@VALUE_SHORTS@", opts.value_shorts.clone()),
+        ("@COMMAND_STRING@", opts.command_string.join(" ")),
+        ("@FD@", opts.fd.join(" ")),
+        ("@SUB_VALUES@", opts.sub_values.join(" ")),
+        ("@SUBCOMMANDS@", opts.subcommands.join(" ")),
+    ];
+    names
+        .iter()
+        .fold(template.to_owned(), |text, (name, value)| {
+            text.replace(name, value)
+        })
 }
 
 /// lockrun's bash completion function. `@NAME@` are filled in from the
@@ -184,6 +205,29 @@ _lockrun__takes_value() {
             ;;
         *) return 1 ;;
     esac
+}
+
+# Long option word $1 by its whole name, when it is an unambiguous prefix
+# of one (clap's function knows only whole names); else $1 as it is.
+_lockrun__whole() {
+    local long=${1#--} name match= n=0
+    if [[ $1 == --?* && $1 != *=* ]]; then
+        for name in @LONGS@; do
+            if [[ $name == "$long" ]]; then
+                match=$name n=1
+                break
+            fi
+            if [[ $name == "$long"* ]]; then
+                match=$name
+                ((n++))
+            fi
+        done
+    fi
+    if ((n == 1)); then
+        printf -- '--%s' "$match"
+    else
+        printf '%s' "$1"
+    fi
 }
 
 # Files, with bash-completion's quoting where it is loaded.
@@ -252,7 +296,7 @@ _lockrun() {
             # -c SHELL_COMMAND: it starts with a command name.
             COMPREPLY=($(compgen -c -- "$cur"))
         elif [[ $cur == -* ]] || _lockrun__takes_value "$prev"; then
-            _lockrun__clap "$@"
+            _lockrun__clap "$1" "$2" "$(_lockrun__whole "$prev")"
         elif [[ -n $fd ]]; then
             # --fd N: no lock file; the command comes first.
             _lockrun__command "$COMP_CWORD"
@@ -311,15 +355,17 @@ const FISH_WAITS: &str = "    # An option still waiting for its value: still loc
 fn fish(opts: &RunOptions, generated: Vec<u8>) -> Vec<u8> {
     let script = String::from_utf8_lossy(&generated);
     let mut out = script.replacen(FISH_GIVES_UP, FISH_WAITS, 1);
-    out.push_str(
-        &FISH_WRAPPER
-            .replace("@LONGS@", &opts.longs.join(" "))
-            .replace("@VALUE_LONGS@", &opts.value_longs.join(" "))
-            .replace("@VALUE_SHORTS@", &opts.value_shorts)
-            .replace("@COMMAND_STRING@", &opts.command_string.join(" "))
-            .replace("@FD@", &opts.fd.join(" "))
-            .replace("@SUBCOMMANDS@", &opts.subcommands.join(" ")),
-    );
+    // clap offers a subcommand wherever none has come yet, so also after
+    // options (`lockrun -n <TAB>` offered holder); there the word is the
+    // lock file. A subcommand is only ever the first word.
+    for sub in &opts.subcommands {
+        out = out.replacen(
+            &format!("-n \"__fish_lockrun_needs_command\" -a \"{sub}\""),
+            &format!("-n \"__fish_lockrun_first_word\" -a \"{sub}\""),
+            1,
+        );
+    }
+    out.push_str(&fill(FISH_WRAPPER, opts));
     out.into_bytes()
 }
 
@@ -328,6 +374,12 @@ const FISH_WRAPPER: &str = r#"
 # lockrun's own part (src/generate/completion.rs): the command after the
 # lock file, and its arguments, complete by that command's own completion
 # (as sudo's and env's do in fish).
+
+# Whether the word being completed is the first after lockrun: the only
+# place for a subcommand.
+function __fish_lockrun_first_word
+    test (count (commandline -opc)) -eq 1
+end
 
 # Whether option word $argv[1] reads the next word as its value (a long
 # option may be an unambiguous prefix; in a cluster of short options the
@@ -414,6 +466,24 @@ function __fish_lockrun_command_words
     return 0
 end
 
+# An abbreviated long option (--time for --timeout) still reads its value:
+# clap's rules know only the whole name, so without this fish offered files.
+function __fish_lockrun_abbreviated_value
+    set -l tokens (commandline -opc)
+    set -l word $tokens[-1]
+    string match -q -- '--?*' $word; or return 1
+    string match -q -- '*=*' $word; and return 1
+    set -l long (string sub -s 3 -- $word)
+    contains -- $long @LONGS@; and return 1
+    __fish_lockrun_takes_value $word; or return 1
+    for name in @VALUE_LONGS_PATHS@
+        string match -q -- "$long*" $name; and return 1
+    end
+    return 0
+end
+
+complete -c lockrun -n __fish_lockrun_abbreviated_value -f
+
 complete -c lockrun -n __fish_lockrun_command_words -f -a '(__fish_complete_subcommand --commandline (__fish_lockrun_command_words) (commandline -ct))'
 "#;
 
@@ -450,6 +520,11 @@ fn zsh(opts: &RunOptions, generated: Vec<u8>) -> Vec<u8> {
     let out = out
         .replacen(ZSH_SUBCOMMAND_STATE, &zsh_state(opts), 1)
         .replacen(
+            ZSH_START,
+            &format!("{ZSH_START}{}", fill(ZSH_WHOLE_LONGS, opts)),
+            1,
+        )
+        .replacen(
             "\nif [ \"$funcstack[1]\" = \"_lockrun\" ]; then",
             &format!(
                 "{}\nif [ \"$funcstack[1]\" = \"_lockrun\" ]; then",
@@ -459,6 +534,58 @@ fn zsh(opts: &RunOptions, generated: Vec<u8>) -> Vec<u8> {
         );
     out.into_bytes()
 }
+
+/// The first lines of clap's zsh function, before its `_arguments`.
+const ZSH_START: &str = "_lockrun() {\n    typeset -A opt_args\n";
+
+/// clap takes any unambiguous prefix of a long option (`--time 5` is
+/// `--timeout 5`); zsh's `_arguments` knows only whole names, so it took
+/// `5` for the lock file. The words before the cursor, up to the lock file,
+/// get their whole names first. Inline in `_lockrun`, not a function of its
+/// own: zsh keeps a function's change to `words` to that function.
+const ZSH_WHOLE_LONGS: &str = r#"    # lockrun's own part (src/generate/completion.rs): abbreviated long
+    # options (--time for --timeout) by their whole names, as clap reads them.
+    local _lr_i _lr_long _lr_value _lr_name _lr_match _lr_n _lr_rest
+    for (( _lr_i = 2; _lr_i < CURRENT; _lr_i++ )); do
+        case $words[_lr_i] in
+            (--) break ;;
+            (--?*)
+                _lr_long=${words[_lr_i]#--} _lr_value=
+                if [[ $_lr_long == *=* ]]; then
+                    _lr_value="=${_lr_long#*=}" _lr_long=${_lr_long%%=*}
+                fi
+                _lr_match= _lr_n=0
+                for _lr_name in @LONGS@; do
+                    if [[ $_lr_name == "$_lr_long" ]]; then
+                        _lr_match=$_lr_name _lr_n=1
+                        break
+                    fi
+                    if [[ $_lr_name == "$_lr_long"* ]]; then
+                        _lr_match=$_lr_name
+                        (( _lr_n++ ))
+                    fi
+                done
+                (( _lr_n == 1 )) || continue
+                words[_lr_i]="--$_lr_match$_lr_value"
+                # Its value is the next word.
+                if [[ -z $_lr_value && " @VALUE_LONGS@ " == *" $_lr_match "* ]]; then
+                    (( _lr_i++ ))
+                fi
+                ;;
+            (-?*)
+                _lr_rest=${words[_lr_i]#-}
+                while [[ -n $_lr_rest ]]; do
+                    if [[ "@VALUE_SHORTS@" == *"${_lr_rest[1]}"* ]]; then
+                        [[ ${#_lr_rest} -eq 1 ]] && (( _lr_i++ ))
+                        break
+                    fi
+                    _lr_rest=${_lr_rest[2,-1]}
+                done
+                ;;
+            (*) break ;;
+        esac
+    done
+"#;
 
 /// Where clap's script turns to a subcommand's arguments, at its third
 /// position.
