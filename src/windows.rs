@@ -21,6 +21,7 @@ pub fn main() -> i32 {
             probe,
             path,
         } => Ok(inspect::check(json, quiet, probe, &path)),
+        cli::Invocation::List { json, paths } => Ok(inspect::list(json, &paths)),
         cli::Invocation::Done => Ok(0),
     });
     match result {

@@ -470,6 +470,49 @@ fn shared_locks_share_and_exclude_exclusive() {
     let _ = holder.wait();
 }
 
+/// `list` names the lock files given, a directory's files one line each,
+/// sorted: the held one with its holder, the free one with its last holder;
+/// without a path it is a usage error (Windows has no lock table).
+#[test]
+fn list_shows_a_directorys_lock_files_held_and_free() {
+    let dir = tmp();
+    let held = dir.path().join("a-held.lock");
+    let free = dir.path().join("b-free.lock");
+    assert_eq!(status(run_with(&[], &free, "exit|0")), 0);
+    let mut holder = spawn(run_with(&[], &held, "sleep|3000"));
+    wait_held(&held);
+    let mut c = lockrun();
+    c.arg("list").arg(dir.path());
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "one line per lock file: {text}");
+    assert!(lines[0].contains("a-held.lock: held"), "{text}");
+    assert!(lines[0].contains("since "), "one line, since when: {text}");
+    assert!(
+        lines[1].contains("b-free.lock: free; last held by"),
+        "{text}"
+    );
+    let mut c = lockrun();
+    c.args(["list", "--json"]).arg(&held).arg(&free);
+    let out = output(c);
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["state"], "held");
+    assert_eq!(rows[1]["state"], "free");
+    assert_eq!(rows[1]["record"]["exit"]["code"], 0);
+    assert!(holder.wait().expect("wait").success());
+    let mut c = lockrun();
+    c.arg("list");
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no lock table"), "{}", stderr(&out));
+}
+
 #[test]
 fn unix_only_forms_are_usage_errors() {
     let dir = tmp();

@@ -43,6 +43,10 @@ pub enum Invocation {
         probe: bool,
         path: PathBuf,
     },
+    List {
+        json: bool,
+        paths: Vec<PathBuf>,
+    },
     Done,
 }
 
@@ -51,6 +55,7 @@ Usage: lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
        lockrun [OPTIONS] LOCKFILE -c COMMAND_STRING
        lockrun holder [--json] LOCKFILE...
        lockrun check [--json] [-q] [--probe] LOCKFILE
+       lockrun list [--json] DIR|LOCKFILE...
 
 Runs COMMAND while holding a lock on LOCKFILE (LockFileEx on one byte past
 the holder record), and tells who holds it.
@@ -71,7 +76,8 @@ Options:
   -V, --version              print the version
 
 check --probe takes the lock for an instant to be sure; nothing else in
-holder or check ever touches the lock.
+holder, check or list ever touches the lock. list names the lock files
+(a directory: its files): Windows has no lock table to list them from.
 Unix only (a usage error here): fd mode, -F/--no-fork, -u, --fd, --fcntl,
 --start/--length, --poll, the flock persona.
 ";
@@ -92,7 +98,7 @@ fn usage(message: impl Into<String>) -> Failure {
 
 fn unix_only(what: &str) -> Failure {
     usage(format!(
-        "{what} is Unix-only: lockrun on Windows has the run form, holder and check"
+        "{what} is Unix-only: lockrun on Windows has the run form, holder, check and list"
     ))
 }
 
@@ -114,6 +120,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Invocation, Failure> {
     match rest.first().and_then(|a| a.to_str()) {
         Some("holder") => return parse_holder(rest.split_off(1)),
         Some("check") => return parse_check(rest.split_off(1)),
+        Some("list") => return parse_list(rest.split_off(1)),
         _ => {}
     }
     parse_run(rest)
@@ -194,6 +201,22 @@ fn parse_check(args: Vec<OsString>) -> Result<Invocation, Failure> {
         }),
         Err(_) => Err(usage("check takes one LOCKFILE")),
     }
+}
+
+fn parse_list(args: Vec<OsString>) -> Result<Invocation, Failure> {
+    let usage_line = "Usage: lockrun list [--json] DIR|LOCKFILE...\n";
+    let Some(([json], paths)) = subcommand_args("list", usage_line, [("--json", None)], args)?
+    else {
+        return Ok(Invocation::Done);
+    };
+    if paths.is_empty() {
+        // On Linux, list without arguments reads the kernel's lock table;
+        // Windows keeps none that a program may read.
+        return Err(usage(
+            "list: which lock files or directories? Windows has no lock table to list every lock from",
+        ));
+    }
+    Ok(Invocation::List { json, paths })
 }
 
 fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
