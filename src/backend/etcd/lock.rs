@@ -517,10 +517,27 @@ impl Held for EtcdHeld {
             Some((_, k)) => slots::last_key(&self.name, k),
             None => self.name.clone(),
         };
+        // Without a record (--no-record) the release still leaves a line of
+        // its own under NAME: the transaction is known by what it wrote if
+        // a member applied it but answered too late and it went again to
+        // the next one (issue 29: else exit 76 for a run that held the lock
+        // to its end). Not a record: `holder` shows no last holder, and
+        // --skip-if-succeeded-within finds no success in it.
+        let marker;
+        let line = match &self.last {
+            Some(line) => line.as_slice(),
+            None => {
+                marker = format!(
+                    "lockrun released without a record: lease {:x}, revision {}\n",
+                    self.lease, self.revision
+                );
+                marker.as_bytes()
+            }
+        };
         // The transaction stores it only while our key is still ours.
-        let last = match (&ending, &self.last) {
-            (Ending::Lost(_), _) | (_, None) => None,
-            (_, Some(line)) => Some((last_key.as_str(), line.as_slice())),
+        let last = match &ending {
+            Ending::Lost(_) => None,
+            _ => Some((last_key.as_str(), line)),
         };
         // Two round trips (the handoff, then the revoke): on a slow link
         // (issue 29 item 6) more than the fixed 2 s, so up to TTL/4.
