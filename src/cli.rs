@@ -948,8 +948,7 @@ fn plain_value(arg: &OsString) -> Option<&str> {
 }
 
 fn is_dashed(arg: &OsString) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    arg.as_bytes().starts_with(b"-")
+    arg.as_encoded_bytes().starts_with(b"-")
 }
 
 fn run_invocation(

@@ -22,11 +22,8 @@ pub struct Me {
 
 impl Me {
     pub fn gather() -> Me {
-        #[cfg(unix)]
-        let uid = rustix::process::getuid().as_raw();
-        // Windows has no uid: `Record::starting` writes none there.
-        #[cfg(windows)]
-        let uid = 0;
+        // Windows has no uid (0 there): `Record::starting` writes none.
+        let uid = platform::user_id();
         let here = this_machine();
         Me {
             host: here.host.clone(),
@@ -50,25 +47,10 @@ struct Machine {
 fn this_machine() -> &'static Machine {
     static MACHINE: OnceLock<Machine> = OnceLock::new();
     MACHINE.get_or_init(|| Machine {
-        host: platform_host_name(),
+        host: platform::host_name(),
         boot_id: platform::boot_id(),
         pid_ns: platform::pid_namespace(),
     })
-}
-
-#[cfg(unix)]
-fn platform_host_name() -> Option<String> {
-    Some(
-        rustix::system::uname()
-            .nodename()
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
-
-#[cfg(windows)]
-fn platform_host_name() -> Option<String> {
-    platform::windows::computer_name()
 }
 
 pub fn host_name() -> Option<&'static str> {

@@ -21,6 +21,8 @@ use lockrun::exit_codes::{self, Failure};
 #[cfg(unix)]
 use lockrun::inspect::{self, State};
 #[cfg(unix)]
+use lockrun::platform;
+#[cfg(unix)]
 use lockrun::registry;
 #[cfg(unix)]
 use lockrun::run::fd_mode;
@@ -32,18 +34,13 @@ use lockrun::run::{self, Ending};
 use lockrun::{persona, report};
 use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
-#[cfg(unix)]
-use std::os::unix::ffi::OsStrExt;
 
 #[cfg(unix)]
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
-    standard_streams_open();
-    let args: Vec<OsString> = (0..usize::try_from(argc).unwrap_or(0))
-        // SAFETY: the C runtime passes argc valid, NUL-terminated strings.
-        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) })
-        .map(|arg| std::ffi::OsStr::from_bytes(arg.to_bytes()).to_owned())
-        .collect();
+    platform::open_standard_streams();
+    // SAFETY: the C runtime passes argc valid, NUL-terminated strings.
+    let args: Vec<OsString> = unsafe { platform::args_from_c(argc, argv) };
     if registry::HIDES_PASSWORDS {
         hide_passwords(argc, argv);
     }
@@ -137,22 +134,6 @@ fn hide_passwords(argc: c_int, argv: *const *const c_char) {
                     *argv.add(j) = (*argv.add(j)).sub(removed);
                 }
             }
-        }
-    }
-}
-
-/// Started with fd 0, 1 or 2 closed (a daemon, `cmd <&- >&- 2>&-`), the
-/// first descriptor lockrun creates would become "stderr": a message would
-/// land in its wake pipe or its lock file. So the three are opened on
-/// /dev/null first, as a shell would leave them.
-#[cfg(unix)]
-fn standard_streams_open() {
-    for fd in 0..3 {
-        // SAFETY: only asks whether the descriptor is open.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            // SAFETY: open returns the lowest free descriptor, which is
-            // this one; it is meant to stay open for good.
-            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
         }
     }
 }

@@ -56,8 +56,7 @@ pub fn name() -> &'static str {
 static PENDING: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
 fn print_flock_line(line: std::fmt::Arguments<'_>) {
-    // SAFETY: isatty only looks at the descriptor.
-    if unsafe { libc::isatty(1) } == 1 {
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         let mut out = std::io::stdout().lock();
         let _ = out.write_fmt(line);
         let _ = out.flush();

@@ -8,12 +8,9 @@
 //! error that hides the lock state, and writers never touch a file that
 //! holds anything but a record of ours.
 
-#[cfg(windows)]
 use crate::platform::FileExt;
 use serde::{Deserialize, Serialize};
 use std::io;
-#[cfg(unix)]
-use std::os::unix::fs::FileExt;
 #[cfg(unix)]
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
@@ -101,14 +98,9 @@ pub struct Exit {
 impl Exit {
     /// How a command that ran ended.
     pub fn of(status: std::process::ExitStatus) -> Exit {
-        #[cfg(unix)]
-        use std::os::unix::process::ExitStatusExt;
         Exit {
             code: status.code(),
-            #[cfg(unix)]
-            signal: status.signal(),
-            #[cfg(windows)]
-            signal: None,
+            signal: crate::platform::exit_signal(status),
             max_time: None,
         }
     }
@@ -447,16 +439,11 @@ pub enum Release {
 /// a command may write its own lock file (the pid-file idiom, `echo $$ >
 /// pid.lock`, or a log appended to it), and that data is the user's.
 pub fn write_release(file: &std::fs::File, released: &Record) -> io::Result<Release> {
-    #[cfg(unix)]
-    use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
     if meta.len() == 0 {
         return Ok(Release::Empty);
     }
-    #[cfg(unix)]
-    let nlink = meta.nlink();
-    #[cfg(windows)]
-    let nlink = crate::platform::windows::link_count(file)?;
+    let nlink = crate::platform::link_count(file, &meta)?;
     if nlink != 1 {
         return Ok(Release::LeftAlone(if nlink == 0 {
             "it was deleted"
@@ -578,10 +565,11 @@ impl ChildRecord {
     /// read (`platform::own_start_time_since`).
     pub fn write_from_child(
         &self,
-        fd: rustix::fd::BorrowedFd<'_>,
+        fd: crate::platform::BorrowedFd<'_>,
         before: Option<crate::platform::BeforeStart>,
     ) {
-        let pid = rustix::process::getpid().as_raw_nonzero().get() as u64;
+        use crate::platform::child_io::{self, Errno};
+        let pid = child_io::own_pid();
         let start = before
             .and_then(crate::platform::own_start_time_since)
             .or_else(crate::platform::own_start_time_without_allocating);
@@ -594,10 +582,7 @@ impl ChildRecord {
             None => b"null",
         };
         // Unknown: as if longer than anything, so that it is truncated.
-        let old_len = rustix::fs::fstat(fd)
-            .ok()
-            .and_then(|st| usize::try_from(st.st_size).ok())
-            .unwrap_or(usize::MAX);
+        let old_len = child_io::file_len(fd).unwrap_or(usize::MAX);
         let pid_start: [&[u8]; 2] = match start {
             Some(_) => [b",\"pid_start\":", start_text],
             // Left out, as serde leaves out a None.
@@ -646,26 +631,25 @@ impl ChildRecord {
         }
         let parts = &parts[..=used];
         let expected: usize = parts.iter().map(|p| p.len()).sum();
-        let result = rustix::io::pwritev(fd, parts, 0).and_then(|n| {
+        let result = child_io::write_at_start(fd, parts).and_then(|n| {
             if n != expected {
-                Err(rustix::io::Errno::NOSPC)
+                Err(Errno::NO_SPACE)
             } else if cut {
-                rustix::fs::ftruncate(fd, line_len as u64)
+                child_io::truncate(fd, line_len as u64)
             } else {
                 // Nothing after what was written: the file was no longer.
                 Ok(())
             }
         });
         if let Err(errno) = result {
-            let _ = rustix::fs::ftruncate(fd, 0);
+            let _ = child_io::truncate(fd, 0);
             let mut code_buf = [0u8; 20];
-            let code = format_u64(errno.raw_os_error() as u64, &mut code_buf);
-            let stderr = rustix::stdio::stderr();
-            let _ = rustix::io::write(stderr, &self.warning);
-            let _ = rustix::io::write(stderr, describe_errno(errno).as_bytes());
-            let _ = rustix::io::write(stderr, b" (os error ");
-            let _ = rustix::io::write(stderr, code);
-            let _ = rustix::io::write(stderr, RECORD_FAILED_SUFFIX.as_bytes());
+            let code = format_u64(errno.raw() as u64, &mut code_buf);
+            child_io::write_stderr(&self.warning);
+            child_io::write_stderr(errno.text().as_bytes());
+            child_io::write_stderr(b" (os error ");
+            child_io::write_stderr(code);
+            child_io::write_stderr(RECORD_FAILED_SUFFIX.as_bytes());
         }
     }
 }
@@ -682,22 +666,6 @@ const PAD_SLICES: usize = 17;
 /// Said after a failed record write, by parent and child alike.
 pub const RECORD_FAILED_SUFFIX: &str =
     "); the lock is held and the command runs without a record\n";
-
-/// Texts for the errors a record write can meet, as static strings: the
-/// child may not allocate to format an `io::Error`.
-#[cfg(unix)]
-fn describe_errno(errno: rustix::io::Errno) -> &'static str {
-    use rustix::io::Errno;
-    match errno {
-        Errno::NOSPC => "No space left on device",
-        Errno::DQUOT => "Disk quota exceeded",
-        Errno::IO => "Input/output error",
-        Errno::FBIG => "File too large",
-        Errno::ROFS => "Read-only file system",
-        Errno::BADF => "Bad file descriptor",
-        _ => "write failed",
-    }
-}
 
 #[cfg(unix)]
 fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
@@ -906,7 +874,7 @@ mod tests {
             .write(true)
             .open(&path)
             .unwrap();
-        use std::os::fd::AsFd;
+        use crate::platform::AsFd;
         child.write_from_child(file.as_fd(), None);
         let written = Record::parse(&content(&file)).unwrap();
         assert_eq!(written.host.as_deref(), Some("h"));
@@ -939,7 +907,7 @@ mod tests {
             .write(true)
             .open(&path)
             .unwrap();
-        use std::os::fd::AsFd;
+        use crate::platform::AsFd;
         // No clock reading: this process was not created after one.
         child.write_from_child(file.as_fd(), None);
         let now = content(&file);

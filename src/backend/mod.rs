@@ -16,9 +16,9 @@ pub mod postgres;
 pub mod redis;
 
 use crate::exit_codes::Failure;
+use crate::platform::BorrowedFd;
 use crate::record::Record;
 use std::ffi::OsString;
-use std::os::fd::BorrowedFd;
 
 /// A blocking wait for the lock, run on a helper thread.
 pub type Blocking = Box<dyn FnOnce() -> Result<(), Failure> + Send>;
@@ -300,7 +300,7 @@ pub trait Held {
     fn more_child_records(
         &self,
         _record: &Record,
-    ) -> Vec<(crate::record::ChildRecord, std::os::fd::RawFd)> {
+    ) -> Vec<(crate::record::ChildRecord, crate::platform::RawFd)> {
         Vec::new()
     }
     /// The command runs as `pid`: watch the lock on its behalf (a lease),

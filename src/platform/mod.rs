@@ -22,7 +22,28 @@ pub use other::*;
 #[cfg(windows)]
 pub mod windows;
 #[cfg(windows)]
-pub use windows::{FileExt, boot_id, pid_namespace, process_state};
+pub use windows::{
+    FileExt, boot_id, exit_signal, host_name, link_count, pid_namespace, process_state, user_id,
+};
+
+// Descriptors and the small facts of the process and the system: the same
+// names on every OS (Windows' are in `windows`).
+#[cfg(unix)]
+pub mod child_io;
+#[cfg(unix)]
+mod fds;
+#[cfg(unix)]
+mod host;
+#[cfg(unix)]
+pub use fds::{
+    AsFd, AsRawFd, BorrowedFd, DescriptorLimit, OwnedFd, RawFd, duplicate_above_stdio,
+    make_room_for_descriptors, set_inheritable, wait_for_hang_up,
+};
+#[cfg(unix)]
+pub use host::{
+    FileExt, args_from_c, exit_signal, host_name, ignore_broken_pipes, link_count,
+    open_standard_streams, others_may_access, user_id,
+};
 
 #[cfg(unix)]
 mod files;

@@ -69,8 +69,23 @@ pub fn computer_name() -> Option<String> {
 }
 
 /// How many names the open file has (`nlink` on Unix).
-pub fn link_count(file: &File) -> io::Result<u32> {
-    Ok(file_information(file)?.nNumberOfLinks)
+pub fn link_count(file: &File, _meta: &std::fs::Metadata) -> io::Result<u64> {
+    Ok(u64::from(file_information(file)?.nNumberOfLinks))
+}
+
+/// Windows has no uid: `Record::starting` writes none there.
+pub fn user_id() -> u32 {
+    0
+}
+
+/// The computer's name, for the record's `host`.
+pub fn host_name() -> Option<String> {
+    computer_name()
+}
+
+/// A Windows process ends with an exit code, never a signal.
+pub fn exit_signal(_status: std::process::ExitStatus) -> Option<i32> {
+    None
 }
 
 pub fn file_information(file: &File) -> io::Result<BY_HANDLE_FILE_INFORMATION> {

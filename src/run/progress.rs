@@ -113,7 +113,7 @@ impl WaitObserver for Progress {
 }
 
 fn terminal_columns() -> usize {
-    use std::os::fd::AsFd;
+    use crate::platform::AsFd;
     crate::platform::terminal_columns(std::io::stderr().as_fd()).unwrap_or(80)
 }
 

@@ -241,13 +241,8 @@ impl Client {
             _ => None,
         };
         // A member that closes a connection under a write must be an error
-        // (EPIPE), not the death of lockrun: lockrun starts without std's
-        // runtime, which would have ignored SIGPIPE. The command still gets
-        // the default back when it starts (platform::spawn, std Command).
-        // SAFETY: setting a disposition to SIG_IGN has no handler to race.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        }
+        // (EPIPE), not the death of lockrun.
+        crate::platform::ignore_broken_pipes();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("etcd-io")

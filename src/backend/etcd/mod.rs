@@ -148,8 +148,7 @@ pub struct AccessFlags {
 
 /// Whether a LOCKFILE argument is a lock URL rather than a path.
 pub fn is_url(arg: &std::ffi::OsStr) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = arg.as_bytes();
+    let bytes = arg.as_encoded_bytes();
     bytes.starts_with(SCHEME.as_bytes()) || bytes.starts_with(TLS_SCHEME.as_bytes())
 }
 

@@ -12,10 +12,10 @@ use super::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
 use crate::exit_codes::{self, Failure};
 use crate::persona;
+use crate::platform::{AsFd, BorrowedFd};
 use crate::record::{self, NoRecord, Record};
 use lock::{LockFile, LockMode, LockSpec};
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd};
 
 /// What to open for a run on a lock file, as the run form asks for it.
 pub struct Opening<'a> {

@@ -38,8 +38,8 @@ use super::{FileBackend, FileHeld, Opening};
 use crate::backend::{Backend, Blocking, Capabilities, Contender, Held, Inheritors};
 use crate::exit_codes::{self, Failure};
 use crate::persona;
+use crate::platform::{AsRawFd, BorrowedFd, RawFd};
 use crate::record::{ChildRecord, Record};
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 /// One inode of the set, and which of the names given it stands for.

@@ -54,10 +54,10 @@ use crate::backend::{Blocking, Contender};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
+use crate::platform::BorrowedFd;
 use crate::record::{self, Record, SlotsHeader};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -78,7 +78,7 @@ pub struct SlotsBackend {
     /// A contender that will not wait answers from the slots themselves.
     jump_queue: bool,
     /// The descriptor limit before it was raised to open every slot.
-    saved_nofile: Option<rustix::process::Rlimit>,
+    saved_nofile: Option<crate::platform::DescriptorLimit>,
 }
 
 /// What the waiting helper threads share with the contender.
@@ -156,18 +156,8 @@ impl Inner {
 
 /// Raises the soft descriptor limit when N slots would not fit under it;
 /// returns the limit to restore before the command starts.
-fn room_for(n: u16) -> Option<rustix::process::Rlimit> {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let old = getrlimit(Resource::Nofile);
-    let need = u64::from(n) + 64;
-    let current = old.current?;
-    if current >= need {
-        return None;
-    }
-    let mut raised = old;
-    raised.current = Some(old.maximum.map_or(need, |max| need.min(max)));
-    setrlimit(Resource::Nofile, raised).ok()?;
-    Some(old)
+fn room_for(n: u16) -> Option<crate::platform::DescriptorLimit> {
+    crate::platform::make_room_for_descriptors(u64::from(n))
 }
 
 fn same_n(header: &SlotsHeader, n: u16, label: &str) -> Result<(), Failure> {
@@ -325,7 +315,7 @@ impl Inner {
                 // wait (issue 26 item 6). Without one (fork failed), a
                 // stopped head keeps the queue, as it did before.
                 let keeper =
-                    crate::platform::Keeper::start(std::os::fd::AsFd::as_fd(self.queue.file()))
+                    crate::platform::Keeper::start(crate::platform::AsFd::as_fd(self.queue.file()))
                         .ok();
                 let got = self.wait_any(interruptible).map(|slot| self.choose(slot));
                 drop(keeper);
@@ -602,11 +592,11 @@ impl Backend for SlotsBackend {
             .duplicate()
             .map_err(|e| inner.os_error(original, "cannot lock", &e))?;
         if self.inherit {
-            rustix::io::fcntl_setfd(lock.file(), rustix::io::FdFlags::empty())
-                .map_err(|e| inner.os_error(original, "cannot pass on", &e.into()))?;
+            crate::platform::set_inheritable(crate::platform::AsFd::as_fd(lock.file()))
+                .map_err(|e| inner.os_error(original, "cannot pass on", &e))?;
         }
         if let Some(old) = self.saved_nofile {
-            let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, old);
+            old.restore();
         }
         let slot = index as u16 + 1;
         let label = display::escape(&lock.path().to_string_lossy());

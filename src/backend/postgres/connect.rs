@@ -389,7 +389,6 @@ fn describe(config: &Config) -> String {
 /// it. A Unix-socket connection matches `localhost`.
 fn from_passfile(config: &Config, explicit: Option<PathBuf>, env: Env) -> Option<String> {
     use postgres::config::Host;
-    use std::os::unix::fs::PermissionsExt;
     let path = explicit
         .or_else(|| env("PGPASSFILE").map(PathBuf::from))
         .or_else(|| home().map(|h| h.join(".pgpass")))?;
@@ -407,7 +406,7 @@ fn from_passfile(config: &Config, explicit: Option<PathBuf>, env: Env) -> Option
             return None;
         }
     };
-    if meta.permissions().mode() & 0o077 != 0 {
+    if crate::platform::others_may_access(&meta) {
         crate::say!(
             "lockrun: warning: password file {shown} has group or world access; ignored (chmod 0600 it)"
         );

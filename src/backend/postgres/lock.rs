@@ -19,12 +19,12 @@ use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
 use crate::display;
 use crate::exit_codes::{self, Failure};
+use crate::platform::OwnedFd;
 use crate::record::Record;
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{CancelToken, Client, SimpleQueryMessage};
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -68,8 +68,8 @@ fn connection_socket(before: &[(i32, OsString)]) -> Option<OwnedFd> {
         return None;
     }
     // SAFETY: `fd` is open (the client's socket) while we duplicate it.
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    rustix::io::fcntl_dupfd_cloexec(borrowed, 3).ok()
+    let borrowed = unsafe { crate::platform::BorrowedFd::borrow_raw(fd) };
+    crate::platform::duplicate_above_stdio(borrowed)
 }
 
 /// A statement comment carrying `record`: every statement of ours starts
@@ -1063,7 +1063,7 @@ impl Held for PgHeld {
         Ok(())
     }
 
-    fn connection_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+    fn connection_fd(&self) -> Option<crate::platform::BorrowedFd<'_>> {
         self.session.socket()
     }
 

@@ -109,10 +109,9 @@ pub fn not_built() -> Failure {
 
 /// Whether a LOCKFILE argument is a PostgreSQL lock URL.
 pub fn is_url(arg: &std::ffi::OsStr) -> bool {
-    use std::os::unix::ffi::OsStrExt;
     SCHEMES
         .iter()
-        .any(|s| arg.as_bytes().starts_with(s.as_bytes()))
+        .any(|s| arg.as_encoded_bytes().starts_with(s.as_bytes()))
 }
 
 /// A parsed lock URL. Holds the password (if the URL has one) only in

@@ -28,11 +28,11 @@
 //!   if our session still holds the lock nobody else can have had it.
 
 use crate::backend::lost;
+use crate::platform::OwnedFd;
 use crate::sync::Shared as Guarded;
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, SimpleQueryMessage};
-use std::os::fd::OwnedFd;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -134,8 +134,8 @@ impl Session {
     }
 
     /// The connection's socket (a duplicate), until the threads start.
-    pub fn socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        use std::os::fd::AsFd;
+    pub fn socket(&self) -> Option<crate::platform::BorrowedFd<'_>> {
+        use crate::platform::AsFd;
         self.threads.as_ref()?.socket.as_ref().map(|s| s.as_fd())
     }
 
@@ -395,26 +395,10 @@ fn watch(shared: &'static Shared, grace: Duration, ttl: Duration) {
 /// polled: its data is the client's to read. Left blocked when lockrun
 /// finishes (the process ends).
 fn hang_up(shared: &'static Shared, socket: OwnedFd) {
-    use std::os::fd::AsRawFd;
-    #[cfg(target_os = "linux")]
-    let events = libc::POLLRDHUP;
-    #[cfg(not(target_os = "linux"))]
-    let events = libc::POLLHUP;
-    let mut fds = [libc::pollfd {
-        fd: socket.as_raw_fd(),
-        events,
-        revents: 0,
-    }];
-    loop {
-        // SAFETY: poll(2) on one pollfd that we own.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
-        if n > 0 {
-            break;
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // Cannot watch: the checks still will.
-            return;
-        }
+    use crate::platform::AsFd;
+    if !crate::platform::wait_for_hang_up(socket.as_fd()) {
+        // Cannot watch: the checks still will.
+        return;
     }
     let mut state = shared.lock();
     if state.stop || state.lost.is_some() {

@@ -74,10 +74,9 @@ pub const PASSWORD_VARS: [&str; 2] = ["LOCKRUN_REDIS_PASSWORD", "REDISCLI_AUTH"]
 
 /// Whether a LOCKFILE argument is a Redis lock URL.
 pub fn is_url(arg: &std::ffi::OsStr) -> bool {
-    use std::os::unix::ffi::OsStrExt;
     [SCHEME, TLS_SCHEME, SENTINEL_SCHEME]
         .iter()
-        .any(|s| arg.as_bytes().starts_with(s.as_bytes()))
+        .any(|s| arg.as_encoded_bytes().starts_with(s.as_bytes()))
 }
 
 /// A password, from the environment; never shown.
