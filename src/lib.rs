@@ -12,7 +12,7 @@
 //! - `run` is the one run flow every backend plugs into: `run::wait` (the
 //!   one waiter: deadline, signals; `run::progress`, the status line),
 //!   `run::command` (start and reap), `run::supervise` (`--max-time`),
-//!   `run::signals`,
+//!   `run::signals` (the platform's, named there),
 //!   `run::fd_mode` (flock(1)'s descriptor form), `run::urls` (lock URLs,
 //!   generic over the backend).
 //! - `backend` is the seam: `Capabilities`, `Contender`, `Backend`, `Held`;

@@ -53,6 +53,10 @@ mod helpers;
 mod keeper;
 #[cfg(unix)]
 mod process;
+// The forwarded signals' handlers: all their work is done inside the
+// handler, with async-signal-safe calls (`run::signals` names it).
+#[cfg(unix)]
+pub mod signals;
 #[cfg(unix)]
 mod spawn;
 #[cfg(unix)]
@@ -68,7 +72,10 @@ pub use helpers::{ANSWERED, Bell, Helpers};
 #[cfg(target_os = "linux")]
 pub use keeper::Keeper;
 #[cfg(unix)]
-pub use process::{Target, group_kept_with_command, leave_command_group, stop_all, wait_exited};
+pub use process::{
+    KILL_SIGNAL, STOP_SIGNAL, Target, group_kept_with_command, leave_command_group, reap, stop_all,
+    wait_exited, wait_until_exited,
+};
 #[cfg(unix)]
 pub use spawn::{CommandLine, die_with_parent, start_command};
 #[cfg(unix)]

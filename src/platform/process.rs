@@ -271,3 +271,51 @@ fn has_controlling_terminal() -> bool {
         Err(e) => e != rustix::io::Errno::NXIO,
     }
 }
+
+/// The signals lockrun stops a process with: SIGTERM first, SIGKILL after
+/// the grace.
+pub const STOP_SIGNAL: i32 = libc::SIGTERM;
+pub const KILL_SIGNAL: i32 = libc::SIGKILL;
+
+/// Blocks until our child `pid` has exited, without reaping it: while it
+/// is a zombie its pid cannot be reused, so it may still be looked at, and
+/// signals to it stopped, before [`reap`] frees the pid.
+pub fn wait_until_exited(pid: i32) -> io::Result<()> {
+    use rustix::process::{Pid, WaitId, WaitIdOptions, waitid};
+    let Some(raw) = Pid::from_raw(pid) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad pid {pid}"),
+        ));
+    };
+    let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+    loop {
+        match waitid(WaitId::Pid(raw), exited) {
+            Err(rustix::io::Errno::INTR) => continue,
+            // Whatever else: the reaping that follows says it.
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Reaps our child `pid`; `None` when there is no such child (any more).
+pub fn reap(pid: i32) -> io::Result<Option<std::process::ExitStatus>> {
+    use rustix::process::{Pid, WaitOptions, waitpid};
+    use std::os::unix::process::ExitStatusExt;
+    let Some(raw) = Pid::from_raw(pid) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad pid {pid}"),
+        ));
+    };
+    loop {
+        match waitpid(Some(raw), WaitOptions::empty()) {
+            Ok(Some((_, status))) => {
+                return Ok(Some(std::process::ExitStatus::from_raw(status.as_raw())));
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

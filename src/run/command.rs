@@ -6,7 +6,6 @@ use crate::persona;
 use crate::run::signals;
 use std::ffi::OsStr;
 use std::io;
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
 /// How lockrun should end.
@@ -21,7 +20,7 @@ pub enum Ending {
 impl Ending {
     /// Ends lockrun as the command ended.
     pub fn of(status: ExitStatus) -> Ending {
-        match (status.code(), status.signal()) {
+        match (status.code(), crate::platform::exit_signal(status)) {
             (Some(code), _) => Ending::Status(code as u8),
             (None, Some(sig)) => Ending::Signal(sig),
             (None, None) => Ending::Status(exit_codes::OS_ERROR),
@@ -40,38 +39,24 @@ pub fn wait_for_command<T>(
     reap_orphans: bool,
     while_zombie: impl FnOnce(i32) -> T,
 ) -> Result<(ExitStatus, T), Failure> {
-    use rustix::process::{Pid, WaitId, WaitIdOptions, WaitOptions, waitid, waitpid};
-    let Some(raw) = Pid::from_raw(pid) else {
-        return Err(Failure::new(
+    let cannot = |e: io::Error| {
+        Failure::new(
             exit_codes::OS_ERROR,
-            format!("cannot wait for the command: bad pid {pid}"),
-        ));
+            format!("cannot wait for the command: {e}"),
+        )
     };
-    let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
     if !(reap_orphans && crate::platform::wait_reaping_orphans(pid)) {
-        while let Err(rustix::io::Errno::INTR) = waitid(WaitId::Pid(raw), exited) {}
+        crate::platform::wait_until_exited(pid).map_err(cannot)?;
     }
     signals::command_exited();
     let seen = while_zombie(pid);
-    let status = loop {
-        match waitpid(Some(raw), WaitOptions::empty()) {
-            Ok(Some((_, status))) => break status,
-            Err(rustix::io::Errno::INTR) => continue,
-            Ok(None) => {
-                return Err(Failure::new(
-                    exit_codes::OS_ERROR,
-                    "cannot wait for the command: it is gone".to_owned(),
-                ));
-            }
-            Err(e) => {
-                return Err(Failure::new(
-                    exit_codes::OS_ERROR,
-                    format!("cannot wait for the command: {}", io::Error::from(e)),
-                ));
-            }
-        }
-    };
-    Ok((ExitStatus::from_raw(status.as_raw()), seen))
+    match crate::platform::reap(pid).map_err(cannot)? {
+        Some(status) => Ok((status, seen)),
+        None => Err(Failure::new(
+            exit_codes::OS_ERROR,
+            "cannot wait for the command: it is gone".to_owned(),
+        )),
+    }
 }
 
 /// Says why the command could not be started; returns the shell's status

@@ -11,7 +11,9 @@
 pub mod command;
 pub mod fd_mode;
 pub mod progress;
-pub mod signals;
+// Signals are the platform's (forwarding happens inside the handler);
+// the run flow names them where it always has.
+pub use crate::platform::signals;
 pub mod supervise;
 pub mod urls;
 pub mod wait;

@@ -44,7 +44,7 @@ impl Stopped {
             shown.push(format!("and {} more", pids.len() - SHOWN));
             shown
         };
-        let (term, kill) = (list(libc::SIGTERM), list(libc::SIGKILL));
+        let (term, kill) = (list(platform::STOP_SIGNAL), list(platform::KILL_SIGNAL));
         let mut text = format!(
             "the command ran for --max-time {}: stopped",
             display::span(self.limit)
@@ -150,10 +150,10 @@ fn watch(
     };
     let targets: Vec<Target> = command.into_iter().chain(find()).collect();
     let stopped = platform::stop_all(targets, grace, find);
-    let last_signal = if stopped.iter().any(|(_, sig)| *sig == libc::SIGKILL) {
-        libc::SIGKILL
+    let last_signal = if stopped.iter().any(|(_, sig)| *sig == platform::KILL_SIGNAL) {
+        platform::KILL_SIGNAL
     } else {
-        libc::SIGTERM
+        platform::STOP_SIGNAL
     };
     shared.lock().stopped = Some(Stopped {
         limit,
