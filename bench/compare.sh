@@ -53,6 +53,11 @@ fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not an executable file"
 LOCKRUN=$(cd "$(dirname "$LOCKRUN")" && pwd)/$(basename "$LOCKRUN")
 read -r -a EXTRA <<<"${LOCKRUN_ARGS:-}"
+# The floor (bench/floors/floor_run.c: open, flock, vfork+exec, wait and
+# nothing else), when a C compiler can build it: each row then also says
+# how far lockrun is above the least a tool could do.
+FLOORS=$("$ROOT/bench/floors/build.sh" 2>/dev/null) || FLOORS=""
+HAVE_FLOOR=0; [ -n "$FLOORS" ] && [ -x "$FLOORS/floor_run" ] && HAVE_FLOOR=1
 HAVE_CHPST=0; command -v chpst >/dev/null 2>&1 && HAVE_CHPST=1
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/lockrun-bench.XXXXXX") || die "cannot create a temp dir"
@@ -138,6 +143,7 @@ tool() {
     flock) T=(flock "$2") ;;
     flock-F) T=(flock -F "$2") ;;
     chpst) T=(chpst -l "$2") ;;
+    floor) T=("$FLOORS/floor_run" "$2") ;;
     *) die "unknown tool $1" ;;
   esac
 }
@@ -222,7 +228,11 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # ---------------------------------------------------------------- (a) overhead
 if want overhead; then
   echo "# overhead: uncontended TOOL L true" >&2
-  bench_overhead overhead lockrun=lockrun flock=flock true=true
+  if [ $HAVE_FLOOR = 1 ]; then
+    bench_overhead overhead lockrun=lockrun flock=flock floor=floor true=true
+  else
+    bench_overhead overhead lockrun=lockrun flock=flock true=true
+  fi
   rec=$(cat "$LD/overhead-lockrun.lock")
   case " ${EXTRA[*]} " in *" --no-record "*) rec='"released_at":"-","exit":{"code":0}' ;; esac
   case $rec in
@@ -237,6 +247,11 @@ if want overhead; then
     "net $(fmt "$(awk -v a="${MED[flock]}" -v b="${MED[true]}" 'BEGIN{print a-b}')")" \
     "$(ratio "$(awk -v a="${MED[lockrun]}" -v b="${MED[true]}" 'BEGIN{print a-b}')" "$(awk -v a="${MED[flock]}" -v b="${MED[true]}" 'BEGIN{print a-b}')")" \
     "true=$(fmt "${MED[true]}")" "info"
+  if [ $HAVE_FLOOR = 1 ]; then
+    r=$(ratio "${MED[lockrun]}" "${MED[floor]}")
+    row "  vs the floor (floor_run L true), median ms" "$(fmt "${MED[lockrun]}")" \
+      "floor $(fmt "${MED[floor]}")" "$r" "info" "info"
+  fi
 fi
 
 # ---------------------------------------------------------------- (b) -F
@@ -284,15 +299,16 @@ if want handoff; then
   done >"$W/cal.ms"
   cal=$(stats <"$W/cal.ms")
   declare -A HS
-  for t in lockrun flock; do
+  HTOOLS=(lockrun flock); [ $HAVE_FLOOR = 1 ] && HTOOLS+=(floor)
+  for t in "${HTOOLS[@]}"; do
     L=$LD/handoff-$t.lock; : >"$L"; : >"$W/handoff-$t.ms"
   done
   for ((i = 0; i < HREPS; i++)); do
-    for t in lockrun flock; do   # interleaved, so drift hits both
+    for t in "${HTOOLS[@]}"; do   # interleaved, so drift hits all alike
       handoff_rep "$t" "$LD/handoff-$t.lock" >>"$W/handoff-$t.ms" || die "handoff run $i of $t failed"
     done
   done
-  for t in lockrun flock; do HS[$t]=$(stats <"$W/handoff-$t.ms"); done
+  for t in "${HTOOLS[@]}"; do HS[$t]=$(stats <"$W/handoff-$t.ms"); done
   c50=$(field "$cal" 1)
   net() { awk -v a="$1" -v b="$c50" 'BEGIN { print a - b }'; }
   l50=$(field "${HS[lockrun]}" 1) f50=$(field "${HS[flock]}" 1)
@@ -303,6 +319,11 @@ if want handoff; then
     "$(ratio "$(net "$l90")" "$(net "$f90")")" "< 1 ms" "$(verdict lt "$(net "$l90")" 1.0)"
   row "  (handoff raw p90 / max ms)" "$(fmt "$l90")/$(fmt "$(field "${HS[lockrun]}" 4)")" \
     "$(fmt "$f90")/$(fmt "$(field "${HS[flock]}" 4)")" "-" "-" "info"
+  if [ $HAVE_FLOOR = 1 ]; then
+    o50=$(field "${HS[floor]}" 1)
+    row "  vs the floor (floor_run), handoff p50 ms" "$(fmt "$l50")" "floor $(fmt "$o50")" \
+      "$(ratio "$l50" "$o50")" "info" "info"
+  fi
 fi
 
 # ---------------------------------------------------------------- (d) contention

@@ -141,3 +141,14 @@ for tool in "${tools[@]}"; do
   printf '%s\n' "${samples[@]}" | sort -n | awk -v t="$tool" '{a[NR]=$1} END {
     printf "%-12s %8.2f %8.2f %8.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
 done
+
+# The floor (bench/floors/README.md): etcd's own release -> wake-up, one
+# client's delete to another's watch event, with nothing of lockrun.
+if floor=$(cd "$ROOT" && cargo build --release --locked --quiet --features etcd --example floor-etcd \
+    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*floor-etcd\)".*/\1/p' | tail -1) \
+  && [ -x "$floor" ]; then
+  "$floor" "127.0.0.1:$client" "$HANDOFFS" | tail -1 | awk '{
+    printf "%-12s %8.2f %8.2f %8s  (the floor: delete -> watch event)\n", "floor", $2/1000, $4/1000, "-" }'
+else
+  echo "# floor: examples/floor-etcd.rs did not build"
+fi

@@ -154,3 +154,14 @@ for tool in "${tools[@]}"; do
   sort -n "$dir/samples.$tool" | awk -v t="$tool" '{a[NR]=$1} END {
     printf "%-10s %8.2f %8.2f %8.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
 done
+
+# The floor (bench/floors/README.md): PostgreSQL's own release -> wake-up,
+# one session's pg_advisory_unlock to another's pg_advisory_lock returning.
+if floor=$(cd "$ROOT" && cargo build --release --locked --quiet --features postgres --example floor-postgres \
+    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*floor-postgres\)".*/\1/p' | tail -1) \
+  && [ -x "$floor" ]; then
+  "$floor" "host=$PGHOST port=$PGPORT user=$PGUSER dbname=$PGDATABASE" "$HANDOFFS" | tail -1 | awk '{
+    printf "%-10s %8.2f %8.2f %8s  (the floor: unlock -> lock returns)\n", "floor", $2/1000, $4/1000, "-" }'
+else
+  echo "# floor: examples/floor-postgres.rs did not build"
+fi

@@ -7,7 +7,9 @@
 #   LOCKRUN=path   lockrun binary (default: the one `cargo build --release` builds)
 #   --jobs N       jobs in the throughput row (default 200)
 #   --reps N       handoffs measured per tool (default 20)
-#   --tools LIST   comma list of: lockrun,sem,flockloop (default all). sem
+#   --tools LIST   comma list of: lockrun,floor,sem,flockloop (default all;
+#                  floor is bench/floors/floor_slots.c, the least a tool with
+#                  lockrun's guarantees could do, built with cc). sem
 #                  starts a Perl interpreter per job and polls while it
 #                  waits: 200 of them load a small machine for minutes, so
 #                  on a shared one give it fewer jobs in a run of its own.
@@ -22,7 +24,7 @@
 # Exit status: 0 measured; 2 cannot run.
 set -euo pipefail
 
-JOBS=200 REPS=20 SLOTS=4 TOOLS=lockrun,sem,flockloop
+JOBS=200 REPS=20 SLOTS=4 TOOLS=lockrun,floor,sem,flockloop
 while [ $# -gt 0 ]; do
   case "$1" in
     --jobs) JOBS=${2:?}; shift 2 ;;
@@ -34,10 +36,13 @@ while [ $# -gt 0 ]; do
 done
 die() { echo "slots.sh: $*" >&2; exit 2; }
 [ "${BASH_VERSINFO[0]}" -ge 5 ] || die "needs bash >= 5 (for EPOCHREALTIME)"
-for t in flock sem awk mkfifo timeout; do
+for t in flock awk mkfifo timeout $([[ ",$TOOLS," == *,sem,* ]] && echo sem); do
   command -v "$t" >/dev/null 2>&1 || die "$t not found (Debian: apt-get install util-linux parallel gawk coreutils)"
 done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ ",$TOOLS," == *,floor,* ]]; then
+  FLOORS=$("$ROOT/bench/floors/build.sh") || die "cannot build bench/floors (a C compiler is needed for the floor)"
+fi
 if [ -z "${LOCKRUN:-}" ]; then
   echo "# building lockrun (cargo build --release --locked)" >&2
   LOCKRUN=$(cd "$ROOT" && cargo build --release --locked --quiet --bin lockrun --message-format=json-render-diagnostics \
@@ -80,6 +85,7 @@ run() {
     plain) "$LOCKRUN" "$W/P" -- "$@" ;;
     sem) sem --fg -q --id bench -j "$SLOTS" "$@" ;;
     flockloop) "$W/flockloop" "$W" "$SLOTS" "$@" ;;
+    floor) "$FLOORS/floor_slots" "$SLOTS" "$W/FL" "$@" ;;
   esac
 }
 
@@ -127,7 +133,7 @@ echo "# lockrun: $LOCKRUN"
 echo "# $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 IFS=, read -r -a CHOSEN <<<"$TOOLS"
 for tool in "${CHOSEN[@]}"; do
-  case "$tool" in lockrun|sem|flockloop) ;; *) die "unknown tool $tool" ;; esac
+  case "$tool" in lockrun|sem|flockloop|floor) ;; *) die "unknown tool $tool" ;; esac
 done
 for tool in "${CHOSEN[@]}"; do throughput "$tool"; done
 [[ ",$TOOLS," == *,lockrun,* ]] && handoff plain 1

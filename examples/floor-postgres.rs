@@ -1,0 +1,80 @@
+//! bench/floors: the floor of a handoff on PostgreSQL, the server's own
+//! latency from a release to a waiter's wake-up: one session holds an
+//! advisory lock, another blocks in `pg_advisory_lock` on it; the first
+//! unlocks, the second's call returns. Nothing of lockrun runs.
+//!
+//!   cargo run --release --features postgres --example floor-postgres -- 'host=... user=...' [ROUNDS]
+//!
+//! Prints one latency a line (microseconds), then `p50 p90` of them.
+
+use std::sync::mpsc;
+use std::time::Instant;
+
+const KEY: i64 = 0x6c6f_636b_7275;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let Some(conninfo) = args.next() else {
+        eprintln!("usage: floor-postgres CONNINFO [ROUNDS]");
+        std::process::exit(64);
+    };
+    let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let connect = || {
+        postgres::Client::connect(&conninfo, postgres::NoTls)
+            .unwrap_or_else(|e| fail(&format!("cannot connect: {e}")))
+    };
+    let mut holder = connect();
+    let mut waiter = connect();
+    let (go, ready) = mpsc::channel::<()>();
+    let (woke, woken) = mpsc::channel::<Instant>();
+    let thread = std::thread::spawn(move || {
+        while ready.recv().is_ok() {
+            if let Err(e) = waiter.execute("SELECT pg_advisory_lock($1)", &[&KEY]) {
+                fail(&format!("lock: {e}"));
+            }
+            let _ = woke.send(Instant::now());
+            if let Err(e) = waiter.execute("SELECT pg_advisory_unlock($1)", &[&KEY]) {
+                fail(&format!("unlock: {e}"));
+            }
+        }
+    });
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let sql = |c: &mut postgres::Client, q: &str| {
+            c.execute(q, &[&KEY])
+                .unwrap_or_else(|e| fail(&format!("{q}: {e}")))
+        };
+        sql(&mut holder, "SELECT pg_advisory_lock($1)");
+        let _ = go.send(());
+        // Released only once the waiter is blocked on it in the server.
+        loop {
+            let n: i64 = holder
+                .query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                    &[],
+                )
+                .map(|r| r.get(0))
+                .unwrap_or_else(|e| fail(&format!("pg_locks: {e}")));
+            if n > 0 {
+                break;
+            }
+        }
+        let t0 = Instant::now();
+        sql(&mut holder, "SELECT pg_advisory_unlock($1)");
+        let t1 = woken.recv().unwrap_or_else(|_| fail("the waiter ended"));
+        times.push(t1.duration_since(t0).as_micros());
+    }
+    drop(go);
+    let _ = thread.join();
+    for t in &times {
+        println!("{t}");
+    }
+    times.sort_unstable();
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    println!("p50 {} p90 {}", at(0.5), at(0.9));
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("floor-postgres: {message}");
+    std::process::exit(69);
+}

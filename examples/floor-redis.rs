@@ -1,0 +1,82 @@
+//! bench/floors: the floor of a handoff on Redis, the server's own latency
+//! from a release to a waiter's wake-up: one connection deletes the key
+//! and publishes on its channel in one script (as a release does), another
+//! subscribed to the channel receives the message. Nothing of lockrun runs.
+//!
+//!   cargo run --release --features redis --example floor-redis -- redis://HOST:PORT [ROUNDS]
+//!
+//! Prints one latency a line (microseconds), then `p50 p90` of them.
+
+use std::sync::mpsc;
+use std::time::Instant;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let Some(url) = args.next() else {
+        eprintln!("usage: floor-redis redis://HOST:PORT [ROUNDS]");
+        std::process::exit(64);
+    };
+    let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| fail(&format!("{url}: {e}")));
+    let connect = || {
+        client
+            .get_connection()
+            .unwrap_or_else(|e| fail(&format!("cannot connect: {e}")))
+    };
+    let mut holder = connect();
+    let mut listener = connect();
+    let key = format!("lockrun-floor:{}", std::process::id());
+    let channel = format!("{key}:released");
+    let (woke, woken) = mpsc::channel::<Instant>();
+    let (subscribed, is_subscribed) = mpsc::channel::<()>();
+    let ch = channel.clone();
+    std::thread::spawn(move || {
+        let mut sub = listener.as_pubsub();
+        if let Err(e) = sub.subscribe(&ch) {
+            fail(&format!("subscribe: {e}"));
+        }
+        let _ = subscribed.send(());
+        loop {
+            match sub.get_message() {
+                Ok(_) => {
+                    let _ = woke.send(Instant::now());
+                }
+                Err(e) => fail(&format!("message: {e}")),
+            }
+        }
+    });
+    let _ = is_subscribed.recv();
+    let release = redis::Script::new(
+        "if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', ARGV[1], '1') end return 1",
+    );
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("held")
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .query(&mut holder)
+            .unwrap_or_else(|e| fail(&format!("SET: {e}")));
+        let t0 = Instant::now();
+        let _: i64 = release
+            .key(&key)
+            .arg(&channel)
+            .invoke(&mut holder)
+            .unwrap_or_else(|e| fail(&format!("release: {e}")));
+        let t1 = woken.recv().unwrap_or_else(|_| fail("the listener ended"));
+        times.push(t1.duration_since(t0).as_micros());
+    }
+    for t in &times {
+        println!("{t}");
+    }
+    times.sort_unstable();
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    println!("p50 {} p90 {}", at(0.5), at(0.9));
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("floor-redis: {message}");
+    std::process::exit(69);
+}
