@@ -1154,9 +1154,10 @@ fn run_invocation(
         ));
     }
     if args.slots.is_some() && args.skip_if_succeeded_within.is_some() {
-        return Err(usage(
-            "--skip-if-succeeded-within cannot be used with --slots: each slot keeps its own record, so there is no one last run of the lock to go by",
-        ));
+        return Err(usage(&format!(
+            "--skip-if-succeeded-within cannot be used with --slots: {}",
+            crate::backend::file::slots::NO_ONE_LAST_RUN
+        )));
     }
     // The rule is "exactly one of the contenders runs, decided from the
     // record under the lock": shared holders run side by side, and a run

@@ -226,12 +226,8 @@ impl Capabilities {
         if asked.slots && !self.slots {
             return Err(format!("--slots does not apply to {kind} yet"));
         }
-        if asked.skip_recent && asked.slots {
-            return Err(
-                "--skip-if-succeeded-within cannot be used with --slots: each slot keeps its own record, so there is no one last run of the lock to go by"
-                    .to_owned(),
-            );
-        }
+        // --skip-if-succeeded-within with --slots is refused by the command
+        // line, for every backend, before any is asked.
         if let (true, Err(why)) = (asked.skip_recent, self.last_record) {
             return Err(format!(
                 "--skip-if-succeeded-within cannot be used with {kind}: {why}"

@@ -66,6 +66,10 @@ use std::time::Duration;
 /// descriptor and a thread per slot.
 pub const MAX_SLOTS: u16 = 1024;
 
+/// Why `--skip-if-succeeded-within` cannot go with `--slots`, on any lock.
+pub const NO_ONE_LAST_RUN: &str =
+    "each slot keeps its own record, so there is no one last run of the lock to go by";
+
 pub struct SlotsBackend {
     inner: Arc<Inner>,
     /// LOCKFILE, and the command (for the record of whoever sets N): to
@@ -566,9 +570,7 @@ impl Backend for SlotsBackend {
         slots: true,
         stays_to: "",
         woken_by: "",
-        last_record: Err(
-            "each slot keeps its own record, so there is no one last run of the lock to go by",
-        ),
+        last_record: Err(NO_ONE_LAST_RUN),
     };
 
     fn failure_status(&self) -> u8 {
