@@ -1167,6 +1167,11 @@ fn run_invocation(
             "--skip-if-succeeded-within cannot be used with -s: shared holders run at the same time, so the last run cannot decide for them; take the lock exclusively",
         ));
     }
+    if args.skip_if_succeeded_within == Some(Duration::ZERO) {
+        return Err(usage(
+            "--skip-if-succeeded-within 0 would never skip: give the period a success counts for (30m, 1h, 1d)",
+        ));
+    }
     if args.skip_if_succeeded_within.is_some() && args.no_record {
         return Err(usage(
             "--skip-if-succeeded-within cannot be used with --no-record: it goes by the record the last run left",

@@ -743,6 +743,15 @@ fn skip_usage_errors_say_why() {
             ],
             "--no-record",
         ),
+        // A period of 0 would never skip: a mistake, not a setting.
+        (
+            vec!["--skip-if-succeeded-within", "0", lock, "true"],
+            "never skip",
+        ),
+        (
+            vec!["--skip-if-succeeded-within=0s", lock, "true"],
+            "never skip",
+        ),
     ] {
         let out = lockrun().args(&args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
