@@ -827,3 +827,29 @@ fn waiting_for_a_set_is_a_kernel_wait_on_the_busy_lock() {
     assert_eq!(most(&b), 2);
     assert_eq!(most(&a) + most(&c), 0);
 }
+
+/// `-v` names the whole set it took, LOCKFILE first, not LOCKFILE alone.
+#[test]
+fn verbose_names_every_lock_of_the_set() {
+    let dir = temp_dir();
+    let (a, b, c) = paths(&dir);
+    let out = lockrun()
+        .arg("-v")
+        .arg("--also")
+        .arg(&b)
+        .arg("--also")
+        .arg(&c)
+        .arg(&a)
+        .arg("true")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let want = format!(
+        "took the exclusive lock on {} (with {}, {}) after",
+        a.display(),
+        b.display(),
+        c.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+}

@@ -291,12 +291,24 @@ impl Backend for LockSet {
 
     fn acquired(self, record: Option<&Record>, verbose: bool) -> Result<SetHeld, Failure> {
         let primary = self.primary();
+        // -v's line names the whole set, LOCKFILE first.
+        let label = match self.names.split_first() {
+            Some((first, rest)) if !rest.is_empty() => {
+                let rest: Vec<&str> = rest.iter().map(|n| n.label.as_str()).collect();
+                format!("{} (with {})", first.label, rest.join(", "))
+            }
+            _ => String::new(),
+        };
         let also: Vec<Vec<String>> = (0..self.members.len()).map(|m| self.others_of(m)).collect();
         let mut members = Vec::with_capacity(self.members.len());
         for (member, also) in self.members.into_iter().zip(also) {
             members.push((member.backend.acquired(record, verbose)?, also));
         }
-        Ok(SetHeld { members, primary })
+        Ok(SetHeld {
+            members,
+            primary,
+            label,
+        })
     }
 }
 
@@ -305,6 +317,8 @@ impl Backend for LockSet {
 pub struct SetHeld {
     members: Vec<(FileHeld, Vec<String>)>,
     primary: usize,
+    /// What -v's "took the lock" line names: every file of the set.
+    label: String,
 }
 
 impl SetHeld {
@@ -317,6 +331,10 @@ impl SetHeld {
 }
 
 impl Held for SetHeld {
+    fn held_label(&self) -> Option<&str> {
+        Some(self.label.as_str()).filter(|l| !l.is_empty())
+    }
+
     /// LOCKFILE's record: the run's own, written by the command's process.
     fn child_record_fd(&self) -> Option<BorrowedFd<'_>> {
         self.members.get(self.primary)?.0.child_record_fd()
