@@ -34,14 +34,15 @@ use std::ffi::{CString, OsStr, OsString, c_char};
 
 /// In the command's process before exec: die (SIGTERM) when lockrun dies,
 /// and at once if it already has. Only async-signal-safe system calls.
-pub fn die_with_parent(parent: rustix::process::Pid) {
+pub fn die_with_parent(parent: i32) {
     #[cfg(target_os = "linux")]
     {
+        let parent = rustix::process::Pid::from_raw(parent);
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
         // The parent may have died before the prctl: then nobody would send
         // the signal, so check who our parent is now.
-        if rustix::process::getppid() != Some(parent) {
+        if rustix::process::getppid() != parent {
             // SAFETY: _exit runs nothing of the parent's.
             unsafe { libc::_exit(128 + libc::SIGTERM) };
         }

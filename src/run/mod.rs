@@ -29,9 +29,9 @@ use crate::mode::LockMode;
 use crate::persona;
 use crate::platform::{self, CommandLine};
 use crate::record::{self, ChildRecord, Exit, Record};
+use platform::AsRawFd;
 use progress::Progress;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -334,12 +334,13 @@ fn say_skipped(flow: &Flow, last: &Record, ago: Duration, within: Duration, wait
 fn start<H: Held>(
     command: &CommandLine,
     child_record: Option<Arc<ChildRecord>>,
-    more_records: Vec<(ChildRecord, std::os::fd::RawFd)>,
+    more_records: Vec<(ChildRecord, platform::RawFd)>,
     held: &H,
     link: Option<platform::ChildLink>,
 ) -> std::io::Result<i32> {
     let record_fd = held.child_record_fd().map(|fd| fd.as_raw_fd());
-    let dies_with_us = (held.dies_with_lockrun() && link.is_none()).then(rustix::process::getpid);
+    let dies_with_us =
+        (held.dies_with_lockrun() && link.is_none()).then(|| std::process::id() as i32);
     // Last, so that the clock reading is as close to the child's start as
     // it can be: the child finds its start time from it.
     let before = child_record.as_ref().and_then(|_| platform::before_start());
@@ -352,9 +353,9 @@ fn start<H: Held>(
             signals::command_exists();
             if let (Some(child), Some(fd)) = (&child_record, record_fd) {
                 crate::platform::tolerating_file_size_limit(|| {
-                    child.write_from_child(std::os::fd::BorrowedFd::borrow_raw(fd), before);
+                    child.write_from_child(platform::BorrowedFd::borrow_raw(fd), before);
                     for (more, fd) in &more_records {
-                        more.write_from_child(std::os::fd::BorrowedFd::borrow_raw(*fd), before);
+                        more.write_from_child(platform::BorrowedFd::borrow_raw(*fd), before);
                     }
                 });
             }
