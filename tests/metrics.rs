@@ -69,23 +69,25 @@ fn two_lockruns_writing_one_file_200_times_each_lose_no_update_and_it_always_par
     let reader = {
         let (metrics, done) = (metrics.clone(), done.clone());
         std::thread::spawn(move || {
+            // What the reader saw wrong, first thing only, reported after
+            // the counts (so that a broken build shows both).
             let mut last: BTreeMap<Series, f64> = BTreeMap::new();
             let mut seen = 0usize;
             while !done.load(Ordering::SeqCst) {
                 let text = match std::fs::read_to_string(&metrics) {
                     Ok(text) => text,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => panic!("reading {}: {e}", metrics.display()),
+                    Err(e) => return Err(format!("reading {}: {e}", metrics.display())),
                 };
-                let now = parse_strict(&text).unwrap_or_else(|e| {
-                    panic!("a reader saw a file that does not parse: {e}\n{text:?}")
-                });
+                let now = parse_strict(&text).map_err(|e| {
+                    format!("a reader saw a file that does not parse: {e}\n{text:?}")
+                })?;
                 for (series, before) in &last {
-                    let after = now
-                        .get(series)
-                        .unwrap_or_else(|| panic!("{series:?} vanished from the file: {text:?}"));
-                    if series.0 == "lockrun_runs_total" {
-                        assert!(after >= before, "{series:?} went from {before} to {after}");
+                    let Some(after) = now.get(series) else {
+                        return Err(format!("{series:?} vanished from the file: {text:?}"));
+                    };
+                    if series.0 == "lockrun_runs_total" && after < before {
+                        return Err(format!("{series:?} went from {before} to {after}"));
                     }
                 }
                 if !now.is_empty() {
@@ -93,7 +95,7 @@ fn two_lockruns_writing_one_file_200_times_each_lose_no_update_and_it_always_par
                 }
                 last = now;
             }
-            seen
+            Ok(seen)
         })
     };
     let writers: Vec<_> = locks
@@ -119,8 +121,7 @@ fn two_lockruns_writing_one_file_200_times_each_lose_no_update_and_it_always_par
         writer.join().expect("a writer panicked");
     }
     done.store(true, Ordering::SeqCst);
-    let snapshots = reader.join().expect("the reader failed");
-    assert!(snapshots > 0, "the reader never saw the file");
+    let reader = reader.join().expect("the reader panicked");
     let all = read(&metrics);
     for lock in &locks {
         let counted = runs(&all, lock);
@@ -134,6 +135,8 @@ fn two_lockruns_writing_one_file_200_times_each_lose_no_update_and_it_always_par
             lock.display()
         );
     }
+    let snapshots = reader.unwrap_or_else(|e| panic!("{e}"));
+    assert!(snapshots > 0, "the reader never saw the file");
     eprintln!("the reader parsed {snapshots} non-empty snapshots");
     // No temporary file is left beside it.
     let names: Vec<_> = std::fs::read_dir(dir.path())
