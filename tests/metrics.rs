@@ -377,3 +377,43 @@ fn a_lost_redis_lock_is_counted_as_lost() {
         Some(76.0)
     );
 }
+
+/// A run that neither got the lock nor was refused it still reaches the
+/// file, as an `error` with its status: an unsafe lock file (a symbolic
+/// link, 77) and, with lock URLs, a lock service that cannot be reached
+/// (69).
+#[test]
+fn a_lock_that_cannot_even_be_tried_is_counted_as_an_error() {
+    let dir = temp_dir();
+    let metrics = dir.path().join("m.prom");
+    let link = dir.path().join("link.lock");
+    std::os::unix::fs::symlink(dir.path().join("target"), &link).unwrap();
+    lockrun()
+        .arg("--metrics-file")
+        .arg(&metrics)
+        .arg(&link)
+        .arg("true")
+        .assert()
+        .code(77);
+    let all = read(&metrics);
+    assert_eq!(runs(&all, &link)[6], ("error", 1.0));
+    assert_eq!(gauge(&all, "lockrun_last_exit_status", &link), 77.0);
+    #[cfg(feature = "redis")]
+    {
+        let (_refusing, port) = refusing_port();
+        let url = format!("redis://127.0.0.1:{port}#job");
+        lockrun()
+            .arg("--metrics-file")
+            .arg(&metrics)
+            .args([&url, "true"])
+            .assert()
+            .code(69);
+        let all = read(&metrics);
+        assert_eq!(
+            value(&all, "lockrun_runs_total", &url, Some("error")),
+            Some(1.0),
+            "{all:?}"
+        );
+        assert_eq!(runs(&all, &link)[6], ("error", 1.0), "the other lock kept");
+    }
+}

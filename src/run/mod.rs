@@ -113,17 +113,40 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         waits: !opts.wait.nonblocking && opts.wait.timeout != Some(Duration::ZERO),
     };
     if !opts.also.is_empty() {
-        let set = crate::backend::file::set::LockSet::open(&opening, &opts.also, absolute)?;
+        let set = unopened(
+            crate::backend::file::set::LockSet::open(&opening, &opts.also, absolute),
+            &flow,
+        )?;
         flow.also = set.also_of_primary();
         return run_with(set, &flow);
     }
     match opts.slots {
         Some(n) => run_with(
-            crate::backend::file::slots::SlotsBackend::open(&opening, n)?,
+            unopened(
+                crate::backend::file::slots::SlotsBackend::open(&opening, n),
+                &flow,
+            )?,
             &flow,
         ),
-        None => run_with(crate::backend::file::FileBackend::open(&opening)?, &flow),
+        None => run_with(
+            unopened(crate::backend::file::FileBackend::open(&opening), &flow)?,
+            &flow,
+        ),
     }
+}
+
+/// A lock that could not even be opened (an unsafe lock file, a directory
+/// lockrun may not create it in): the monitoring still hears of the run,
+/// as an `error`, rather than seeing nothing at all.
+fn unopened<B>(opened: Result<B, Failure>, flow: &Flow) -> Result<B, Failure> {
+    if let (Err(failure), Some(observers)) = (&opened, &flow.settings.observe) {
+        Watch::begin(observers, flow.lock_name()).ended(
+            Event::Error,
+            failure.status,
+            Duration::ZERO,
+        );
+    }
+    opened
 }
 
 /// `path` as the command's environment and the records name it: only a
