@@ -417,3 +417,52 @@ fn a_lock_that_cannot_even_be_tried_is_counted_as_an_error() {
         assert_eq!(runs(&all, &link)[6], ("error", 1.0), "the other lock kept");
     }
 }
+
+/// `--also`: the run is one run, labelled by the first lock named; a
+/// temporary file left at the writer's name (a killed lockrun's, or one
+/// planted in a shared directory) is replaced, never written through.
+#[test]
+fn an_also_set_is_labelled_by_its_first_lock_and_a_stale_temporary_is_not_written_through() {
+    let dir = temp_dir();
+    let metrics = dir.path().join("m.prom");
+    let (first, second) = (
+        dir.path().join("first.lock"),
+        dir.path().join("second.lock"),
+    );
+    // The shell plants a hard link to `victim` at the temporary's name for
+    // its own pid, then execs lockrun, which keeps that pid.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    let script = format!(
+        "ln -f '{v}' '{d}/.m.prom.'$$'.tmp' && \
+         exec '{bin}' --metrics-file '{m}' --also '{s}' '{f}' true",
+        v = victim.display(),
+        d = dir.path().display(),
+        bin = bin(),
+        m = metrics.display(),
+        s = second.display(),
+        f = first.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+    let all = read(&metrics);
+    assert_eq!(runs(&all, &first)[0], ("ran", 1.0));
+    assert!(
+        value(
+            &all,
+            "lockrun_runs_total",
+            second.to_str().unwrap(),
+            Some("ran")
+        )
+        .is_none(),
+        "{all:?}"
+    );
+}

@@ -229,14 +229,8 @@ fn create_empty(path: &Path) -> std::io::Result<File> {
 fn replace(path: &Path, text: &str, mode: Option<u32>) -> Result<(), String> {
     let temp = temporary(path)?;
     let written = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&temp)
-            .map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
+        let mut file =
+            create_new(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
         if let Some(mode) = mode {
             let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
         }
@@ -250,6 +244,28 @@ fn replace(path: &Path, text: &str, mode: Option<u32>) -> Result<(), String> {
         let _ = std::fs::remove_file(&temp);
     }
     written
+}
+
+/// A new file at `temp`, never one that was there: in a directory others
+/// may write to (/tmp), a file or hard link planted at that name would
+/// otherwise be truncated and written through. One left by a killed lockrun
+/// of the same pid is removed (the name only) first.
+fn create_new(temp: &Path) -> std::io::Result<File> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(temp)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(temp)?;
+            open()
+        }
+        other => other,
+    }
 }
 
 /// `DIR/.NAME.PID.tmp`: in PATH's directory (a rename cannot cross file
