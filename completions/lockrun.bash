@@ -32,7 +32,7 @@ _lockrun__clap() {
 
     case "${cmd}" in
         lockrun)
-            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --forward --quiet --verbose --max-time --kill-grace --slots --also --skip-if-succeeded-within --help --version holder list check"
+            opts="-e -x -s -u -n -w -E -c -o -F -q -v -h -V --generate --exclusive --shared --unlock --fcntl --start --length --fd --nb --nonblocking --nonblock --wait --timeout --poll --conflict-exit-code --command --close --no-fork --no-record --forward --quiet --verbose --max-time --kill-grace --slots --also --skip-if-succeeded-within --metrics-file --log --log-facility --help --version holder list check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -160,6 +160,29 @@ _lockrun__clap() {
                     fi
                     return 0
                     ;;
+                --metrics-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --log)
+                    COMPREPLY=($(compgen -W "syslog journal" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-facility)
+                    COMPREPLY=($(compgen -W "kern user mail daemon auth syslog lpr news uucp cron authpriv ftp local0 local1 local2 local3 local4 local5 local6 local7" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -237,7 +260,7 @@ _lockrun__takes_value() {
         --?*=*) return 1 ;;
         --?*)
             local long=${word#--} name match= n=0
-            for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within help version; do
+            for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility help version; do
                 if [[ $name == "$long" ]]; then
                     match=$name n=1
                     break
@@ -247,7 +270,7 @@ _lockrun__takes_value() {
                     ((n++))
                 fi
             done
-            ((n == 1)) && [[ " generate start length fd timeout wait poll conflict-exit-code command forward max-time kill-grace slots also skip-if-succeeded-within " == *" $match "* ]]
+            ((n == 1)) && [[ " generate start length fd timeout wait poll conflict-exit-code command forward max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility " == *" $match "* ]]
             ;;
         -?*)
             local rest=${word#-}
@@ -269,7 +292,7 @@ _lockrun__takes_value() {
 _lockrun__whole() {
     local long=${1#--} name match= n=0
     if [[ $1 == --?* && $1 != *=* ]]; then
-        for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within help version; do
+        for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility help version; do
             if [[ $name == "$long" ]]; then
                 match=$name n=1
                 break

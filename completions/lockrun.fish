@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n generate= x/exclusive s/shared u/unlock fcntl start= length= fd= n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record forward= q/quiet v/verbose max-time= kill-grace= slots= also= skip-if-succeeded-within= h/help V/version
+    string join \n generate= x/exclusive s/shared u/unlock fcntl start= length= fd= n/nonblock w/timeout= poll= E/conflict-exit-code= c/command= o/close F/no-fork no-record forward= q/quiet v/verbose max-time= kill-grace= slots= also= skip-if-succeeded-within= metrics-file= log= log-facility= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -48,6 +48,29 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'After --
 complete -c lockrun -n "__fish_lockrun_needs_command" -l slots -d 'Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l also -d 'Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one order (device, then inode) so that lockruns naming them in any order never deadlock' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l skip-if-succeeded-within -d 'Do not run the command if the last run under this lock exited 0 less than DURATION ago (decided under the lock, from its record; exit 0)' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'After each run, rewrite PATH (Prometheus textfile collector format) with this lock\'s outcome counters and last run; several locks may share one PATH' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l log -d 'Log every outcome (acquired, busy, timed out, skipped, finished, stopped, lost) to syslog (/dev/log) or the systemd journal; a missing socket is skipped' -r -f -a "syslog\t'RFC 5424 lines on /dev/log (tag lockrun)'
+journal\t'The systemd journal\'s native protocol (fields LOCKRUN_EVENT, LOCKRUN_LOCK, ...)'"
+complete -c lockrun -n "__fish_lockrun_needs_command" -l log-facility -d 'The syslog facility of --log\'s events [default: user]' -r -f -a "kern\t''
+user\t''
+mail\t''
+daemon\t''
+auth\t''
+syslog\t''
+lpr\t''
+news\t''
+uucp\t''
+cron\t''
+authpriv\t''
+ftp\t''
+local0\t''
+local1\t''
+local2\t''
+local3\t''
+local4\t''
+local5\t''
+local6\t''
+local7\t''"
 complete -c lockrun -n "__fish_lockrun_needs_command" -s x -s e -l exclusive -d 'Exclusive lock (the default)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s s -l shared -d 'Shared lock: many holders at once, no exclusive holder'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s u -l unlock -d 'Release the lock on FD (with a LOCKFILE and COMMAND, as flock(1): run it holding nothing)'
@@ -94,14 +117,14 @@ function __fish_lockrun_takes_value
         case '--?*'
             set -l long (string sub -s 3 -- $word)
             set -l matches
-            for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within help version
+            for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility help version
                 if test "$name" = "$long"
                     set matches $name
                     break
                 end
                 string match -q -- "$long*" $name; and set -a matches $name
             end
-            test (count $matches) -eq 1; and contains -- $matches[1] generate start length fd timeout wait poll conflict-exit-code command forward max-time kill-grace slots also skip-if-succeeded-within
+            test (count $matches) -eq 1; and contains -- $matches[1] generate start length fd timeout wait poll conflict-exit-code command forward max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility
         case '-?*'
             set -l rest (string sub -s 2 -- $word)
             while test -n "$rest"
@@ -176,9 +199,9 @@ function __fish_lockrun_abbreviated_value
     string match -q -- '--?*' $word; or return 1
     string match -q -- '*=*' $word; and return 1
     set -l long (string sub -s 3 -- $word)
-    contains -- $long generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within help version; and return 1
+    contains -- $long generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility help version; and return 1
     __fish_lockrun_takes_value $word; or return 1
-    for name in also
+    for name in also metrics-file
         string match -q -- "$long*" $name; and return 1
     end
     return 0

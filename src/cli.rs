@@ -227,6 +227,21 @@ pub struct RunArgs {
           help_heading = "Command")]
     skip_if_succeeded_within: Option<Duration>,
 
+    /// After each run, rewrite PATH (Prometheus textfile collector format) with this lock's outcome
+    /// counters and last run; several locks may share one PATH
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(OsString), value_hint = ValueHint::FilePath,
+          help_heading = "Monitoring")]
+    metrics_file: Option<OsString>,
+
+    /// Log every outcome (acquired, busy, timed out, skipped, finished, stopped, lost) to syslog
+    /// (/dev/log) or the systemd journal; a missing socket is skipped
+    #[arg(long, value_name = "WHERE", value_enum, help_heading = "Monitoring")]
+    log: Option<LogTo>,
+
+    /// The syslog facility of --log's events [default: user]
+    #[arg(long, value_name = "FACILITY", value_parser = facility_parser(), help_heading = "Monitoring")]
+    log_facility: Option<u8>,
+
     /// Lock file (created if missing, never deleted), a directory, or an open FD number
     #[arg(value_name = "LOCKFILE", index = 1, value_hint = ValueHint::FilePath, value_parser = clap::value_parser!(OsString))]
     target: Option<OsString>,
@@ -317,6 +332,27 @@ pub enum Forward {
     Auto,
     /// None: the supervisor signals every process itself
     Never,
+}
+
+/// `--log`: where the events go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogTo {
+    /// RFC 5424 lines on /dev/log (tag lockrun)
+    Syslog,
+    /// The systemd journal's native protocol (fields LOCKRUN_EVENT, LOCKRUN_LOCK, ...)
+    Journal,
+}
+
+/// `--log-facility`: syslog(3)'s names, offered by the completions.
+fn facility_parser() -> impl clap::builder::TypedValueParser<Value = u8> {
+    use clap::builder::TypedValueParser as _;
+    let names = crate::observe::FACILITIES.map(|(name, _)| name);
+    clap::builder::PossibleValuesParser::new(names).map(|name| {
+        crate::observe::FACILITIES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(crate::observe::USER, |(_, number)| *number)
+    })
 }
 
 /// What `--generate` prints.
@@ -877,6 +913,9 @@ fn parse_plain_run(args: &[OsString], subcommands: bool) -> Option<RunArgs> {
         slots: None,
         also: Vec::new(),
         skip_if_succeeded_within: None,
+        metrics_file: None,
+        log: None,
+        log_facility: None,
         target: None,
         command: Vec::new(),
     };
@@ -1017,6 +1056,11 @@ fn run_invocation(
                 "--also cannot be used in fd mode: lockrun takes a set of locks only from lock files it opens itself, and runs a command while it holds them; give a LOCKFILE and a COMMAND",
             ));
         }
+        if args.metrics_file.is_some() || args.log.is_some() || args.log_facility.is_some() {
+            return Err(usage(
+                "--metrics-file, --log and --log-facility cannot be used in fd mode: lockrun takes the lock and exits, and the shell's command under it has no outcome lockrun sees; give a LOCKFILE and a COMMAND",
+            ));
+        }
         if args.skip_if_succeeded_within.is_some() {
             return Err(usage(
                 "--skip-if-succeeded-within cannot be used in fd mode: fd mode runs no command and writes no record, so there is no last run to go by; give a LOCKFILE and a COMMAND",
@@ -1097,6 +1141,19 @@ fn run_invocation(
         return Err(usage(
             "--max-time must be more than 0: the command would be stopped before it ran",
         ));
+    }
+    if args.log_facility.is_some() && args.log.is_none() {
+        return Err(usage(
+            "--log-facility applies to --log: give --log syslog (or journal)",
+        ));
+    }
+    if args.metrics_file.is_some() && args.no_fork {
+        return Err(usage(
+            "--metrics-file cannot be used with -F: nobody would be left to write how the run ended",
+        ));
+    }
+    if args.metrics_file.as_ref().is_some_and(|p| p.is_empty()) {
+        return Err(usage("--metrics-file needs a file name"));
     }
     // `-u FILE COMMAND`: flock(1) opens the file, "unlocks" its new
     // descriptor, which holds nothing, and runs the command. So does lockrun;
@@ -1251,7 +1308,26 @@ fn run_settings(
         max_time: args.max_time,
         kill_grace: args.kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
         skip_if_succeeded_within: args.skip_if_succeeded_within,
+        observe: observers(args),
     }
+}
+
+/// `--metrics-file`, `--log`: none (and nothing to pay) without them.
+fn observers(args: &RunArgs) -> Option<crate::observe::Observers> {
+    use crate::observe::{Log, Observers, Sink, USER};
+    if args.metrics_file.is_none() && args.log.is_none() {
+        return None;
+    }
+    Some(Observers {
+        metrics_file: args.metrics_file.as_ref().map(PathBuf::from),
+        log: args.log.map(|to| Log {
+            sink: match to {
+                LogTo::Syslog => Sink::Syslog,
+                LogTo::Journal => Sink::Journal,
+            },
+            facility: args.log_facility.unwrap_or(USER),
+        }),
+    })
 }
 
 /// SIGKILL this long after SIGTERM, after --max-time or a lost lock.

@@ -21,6 +21,9 @@
 //!   `inspect`; `etcd`; `postgres`: each with `entry`, what the registry
 //!   asks of it, and `inspect`), and `backend::lost`, what every lock URL
 //!   does when its lock is lost. A backend knows nothing of the run flow.
+//! - `observe` is what a run tells the monitoring (`--metrics-file`,
+//!   `--log`): the run flow reports each outcome to it, whatever the
+//!   backend; it names nothing of the run flow nor of any backend.
 //! - `report` prints `holder`/`check`'s answer, `inspect::Report`, which
 //!   every backend's inspection fills; the run path never reaches a
 //!   backend's inspection, the registry or `report`.
@@ -57,6 +60,8 @@ pub mod identity;
 #[cfg(unix)]
 pub mod inspect;
 pub mod mode;
+#[cfg(unix)]
+pub mod observe;
 pub mod persona;
 pub mod platform;
 pub mod record;

@@ -6,7 +6,7 @@
 //!
 //! Each example runs in a directory of its own. Paths that belong to the
 //! system (`/var/lock`, `/run/lock`, `/tmp`, `/usr/local/bin`, `/usr/bin/lockrun`,
-//! `/usr/local/share`, `/mnt/shared`) are moved into it, `lockrun` is installed in its
+//! `/usr/local/share`, `/mnt/shared`, `/var/lib/node_exporter`) are moved into it, `lockrun` is installed in its
 //! `bin/`, and the programs the examples call (`backup.sh`, `make`, `sudo`
 //! ...) are stubs that note that they ran and under which lock. A block
 //! exits 0 unless the line before it says otherwise:
@@ -176,7 +176,16 @@ impl Sandbox {
     fn new() -> Sandbox {
         let dir = temp_dir();
         let path = dir.path();
-        for sub in ["lock", "tmp", "share", "shared", "bin", "stubs"] {
+        for sub in [
+            "lock",
+            "tmp",
+            "share",
+            "shared",
+            "bin",
+            "stubs",
+            "node_exporter",
+            "node_exporter/textfile_collector",
+        ] {
             std::fs::create_dir(path.join(sub)).unwrap();
         }
         std::os::unix::fs::symlink(bin(), path.join("bin/lockrun")).unwrap();
@@ -216,6 +225,8 @@ impl Sandbox {
             ("/tmp/", "tmp/"),
             // A file system several hosts share (the README's jobs).
             ("/mnt/shared/", "shared/"),
+            // node_exporter's textfile directory (the guide's --metrics-file).
+            ("/var/lib/node_exporter/", "node_exporter/"),
         ];
         let mut out = String::new();
         let mut rest = text;

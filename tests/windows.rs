@@ -524,6 +524,9 @@ fn unix_only_forms_are_usage_errors() {
         vec!["--fd", "3", "x"],
         vec!["--start", "0", "x", "y"],
         vec!["-u", "3"],
+        vec!["--metrics-file", "m.prom", "x", "y"],
+        vec!["--log", "syslog", "x", "y"],
+        vec!["--log-facility", "daemon", "x", "y"],
     ] {
         let mut c = lockrun();
         c.args(&args);

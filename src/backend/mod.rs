@@ -130,6 +130,9 @@ pub struct RunSettings {
     /// command if the lock's last record is a success that ended less than
     /// this long ago.
     pub skip_if_succeeded_within: Option<std::time::Duration>,
+    /// `--metrics-file`, `--log`: told each outcome (`crate::observe`);
+    /// `None` costs the run nothing.
+    pub observe: Option<crate::observe::Observers>,
 }
 
 /// The run form on a lock URL, as the command line gives it; `U` is the

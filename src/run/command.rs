@@ -26,6 +26,13 @@ impl Ending {
             (None, None) => Ending::Status(exit_codes::OS_ERROR),
         }
     }
+    /// The exit status a shell sees: 128+N for the signal N lockrun dies by.
+    pub fn status(self) -> u8 {
+        match self {
+            Ending::Status(status) => status,
+            Ending::Signal(sig) => exit_codes::for_signal(sig),
+        }
+    }
 }
 
 /// Waits for the command and reaps it. In between, while the command is a

@@ -26,6 +26,7 @@ use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
 use crate::mode::LockMode;
+use crate::observe::{Event, Watch};
 use crate::persona;
 use crate::platform::{self, CommandLine};
 use crate::record::{self, ChildRecord, Exit, Record};
@@ -78,6 +79,18 @@ pub struct Flow<'a> {
     pub watchdog: Option<&'a platform::Watchdog>,
 }
 
+impl Flow<'_> {
+    /// The lock's name for the monitoring: a lock file's absolute path, a
+    /// lock URL without its passwords.
+    fn lock_name(&self) -> String {
+        self.lock_url
+            .as_deref()
+            .unwrap_or(&self.lockfile)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
 /// The run form on a lock file.
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let mut flow = Flow {
@@ -102,17 +115,40 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
         waits: !opts.wait.nonblocking && opts.wait.timeout != Some(Duration::ZERO),
     };
     if !opts.also.is_empty() {
-        let set = crate::backend::file::set::LockSet::open(&opening, &opts.also, absolute)?;
+        let set = unopened(
+            crate::backend::file::set::LockSet::open(&opening, &opts.also, absolute),
+            &flow,
+        )?;
         flow.also = set.also_of_primary();
         return run_with(set, &flow);
     }
     match opts.slots {
         Some(n) => run_with(
-            crate::backend::file::slots::SlotsBackend::open(&opening, n)?,
+            unopened(
+                crate::backend::file::slots::SlotsBackend::open(&opening, n),
+                &flow,
+            )?,
             &flow,
         ),
-        None => run_with(crate::backend::file::FileBackend::open(&opening)?, &flow),
+        None => run_with(
+            unopened(crate::backend::file::FileBackend::open(&opening), &flow)?,
+            &flow,
+        ),
     }
+}
+
+/// A lock that could not even be opened (an unsafe lock file, a directory
+/// lockrun may not create it in): the monitoring still hears of the run,
+/// as an `error`, rather than seeing nothing at all.
+fn unopened<B>(opened: Result<B, Failure>, flow: &Flow) -> Result<B, Failure> {
+    if let (Err(failure), Some(observers)) = (&opened, &flow.settings.observe) {
+        Watch::begin(observers, flow.lock_name()).ended(
+            Event::Error,
+            failure.status,
+            Duration::ZERO,
+        );
+    }
+    opened
 }
 
 /// `path` as the command's environment and the records name it: only a
@@ -163,6 +199,13 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         platform::group_kept_with_command()
     };
 
+    // Only with --metrics-file or --log: otherwise `None`, and not even
+    // the clock is read for it.
+    let mut watch = flow
+        .settings
+        .observe
+        .as_ref()
+        .map(|observers| Watch::begin(observers, flow.lock_name()));
     let mut progress = Progress::new(
         flow.label.clone(),
         flow.settings.verbose && !persona::is_flock(),
@@ -171,7 +214,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     );
     let waited = match wait::acquire(&mut backend, flow.wait, &mut progress) {
         Ok(waited) => waited,
-        Err(not) => return not_acquired(backend, not, flow),
+        Err(not) => return not_acquired(backend, not, flow, watch.as_ref()),
     };
     // Decided here, with the lock held and before anything is written:
     // no other holder can run or record meanwhile, so of any number of
@@ -183,10 +226,20 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     {
         say_skipped(flow, &last, ago, within, waited);
         backend.give_up();
+        observed(watch.as_ref(), Event::Skipped, exit_codes::SKIPPED, waited);
         return Ok(Ending::Status(exit_codes::SKIPPED));
     }
     let mut held =
-        backend.acquired(recording.as_ref().map(|r| &r.record), flow.settings.verbose)?;
+        match backend.acquired(recording.as_ref().map(|r| &r.record), flow.settings.verbose) {
+            Ok(held) => held,
+            Err(failure) => {
+                observed(watch.as_ref(), Event::Error, failure.status, waited);
+                return Err(failure);
+            }
+        };
+    if let Some(watch) = &mut watch {
+        watch.acquired(waited);
+    }
     if flow.settings.verbose {
         // With --slots the lock held is a slot's file, not LOCKFILE.
         let label = held.held_label().unwrap_or(&flow.label);
@@ -238,6 +291,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
                 recording.finish(&mut held, None, Exit::code(status));
             }
             let _ = held.release();
+            observed(watch.as_ref(), Event::Finished, status, waited);
             return Ok(Ending::Status(status));
         }
     };
@@ -262,7 +316,7 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         .max_time
         .map(|limit| Supervisor::start(pid, limit, flow.settings.kill_grace, &held));
 
-    let (status, start) = wait_for_command(pid, reap_orphans, |pid| {
+    let waited_for_command = wait_for_command(pid, reap_orphans, |pid| {
         held.command_exited();
         // While the command is a zombie, before its pid can be reused.
         #[cfg(feature = "lock-urls")]
@@ -272,7 +326,14 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
         let told = told_by_child.as_ref()?;
         told.start_seen()
             .or_else(|| platform::process_start_time(pid))
-    })?;
+    });
+    let (status, start) = match waited_for_command {
+        Ok(ended) => ended,
+        Err(failure) => {
+            observed(watch.as_ref(), Event::Error, failure.status, waited);
+            return Err(failure);
+        }
+    };
     // After a stop, whatever still holds the lock through us is stopped
     // too before the lock is let go of.
     let stopped = supervisor.and_then(Supervisor::finish);
@@ -282,7 +343,19 @@ pub fn run_with<B: Backend>(mut backend: B, flow: &Flow) -> Result<Ending, Failu
     if let Some(recording) = recording {
         recording.finish(&mut held, Some((pid, start)), exit);
     }
-    Ok(release(held, flow, pid, stopped).unwrap_or(Ending::of(status)))
+    let (ending, event) =
+        release(held, flow, pid, stopped).unwrap_or_else(|| (Ending::of(status), Event::Finished));
+    if let Some(watch) = &watch {
+        watch.ended(event, ending.status(), waited);
+    }
+    Ok(ending)
+}
+
+/// Tells the watch, if there is one, how the run ended.
+fn observed(watch: Option<&Watch>, event: Event, status: u8, waited: Duration) {
+    if let Some(watch) = watch {
+        watch.ended(event, status, waited);
+    }
 }
 
 /// `--skip-if-succeeded-within`'s one line (unless `-q`); with `-v`, which
@@ -371,8 +444,13 @@ fn start<H: Held>(
 
 /// Lets go of the lock once the command has ended; the status, unless the
 /// command's own: 76 when the lock turns out to have been lost meanwhile,
-/// 124 when `--max-time` stopped it.
-fn release<H: Held>(held: H, flow: &Flow, pid: i32, stopped: Option<Stopped>) -> Option<Ending> {
+/// 124 when `--max-time` stopped it; and which outcome that was.
+fn release<H: Held>(
+    held: H,
+    flow: &Flow,
+    pid: i32,
+    stopped: Option<Stopped>,
+) -> Option<(Ending, Event)> {
     if let Err(reason) = held.release() {
         crate::say!(
             "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM with every process it started (and SIGKILL if it still ran {} later)",
@@ -380,7 +458,7 @@ fn release<H: Held>(held: H, flow: &Flow, pid: i32, stopped: Option<Stopped>) ->
             flow.label,
             display::span(flow.settings.kill_grace)
         );
-        return Some(Ending::Status(exit_codes::LOCK_LOST));
+        return Some((Ending::Status(exit_codes::LOCK_LOST), Event::Lost));
     }
     let stopped = stopped?;
     crate::say!(
@@ -389,7 +467,7 @@ fn release<H: Held>(held: H, flow: &Flow, pid: i32, stopped: Option<Stopped>) ->
         flow.label,
         stopped.describe()
     );
-    Some(Ending::Status(exit_codes::MAX_TIME))
+    Some((Ending::Status(exit_codes::MAX_TIME), Event::MaxTime))
 }
 
 fn command_line(
@@ -407,9 +485,16 @@ fn not_acquired<B: Backend>(
     mut backend: B,
     not: NotAcquired,
     flow: &Flow,
+    watch: Option<&Watch>,
 ) -> Result<Ending, Failure> {
+    // What the monitoring is told, once the lock is given up: -n and
+    // `-w 0` find the lock busy, any other wait runs out.
+    let outcome;
     let ending = match not {
         NotAcquired::Busy { waited } => {
+            let waits = !flow.wait.nonblocking && flow.wait.timeout != Some(Duration::ZERO);
+            let event = if waits { Event::Timeout } else { Event::Busy };
+            outcome = Some((event, flow.settings.conflict_status, waited));
             persona::say_not_acquired(flow.settings.verbose, waited);
             if !flow.settings.quiet {
                 let held = backend.conflict_held();
@@ -422,13 +507,21 @@ fn not_acquired<B: Backend>(
             }
             Ok(Ending::Status(flow.settings.conflict_status))
         }
-        NotAcquired::Interrupted(sig) => Ok(Ending::Status(exit_codes::for_signal(sig))),
+        NotAcquired::Interrupted(sig) => {
+            let status = exit_codes::for_signal(sig);
+            outcome = Some((Event::Error, status, Duration::ZERO));
+            Ok(Ending::Status(status))
+        }
         NotAcquired::Failed(mut failure) => {
             failure.status = backend.failure_status();
+            outcome = Some((Event::Error, failure.status, Duration::ZERO));
             Err(failure)
         }
     };
     backend.give_up();
+    if let (Some(watch), Some((event, status, waited))) = (watch, outcome) {
+        watch.ended(event, status, waited);
+    }
     ending
 }
 

@@ -28,7 +28,21 @@ pub fn run_url<B: crate::backend::Backend, U>(
     // Before the lease or session exists: a signal meanwhile must not
     // leave it behind.
     super::signals::install_for_command()?;
-    let backend = start(&label)?;
+    let backend = match start(&label) {
+        Ok(backend) => backend,
+        // Its service could not be reached, or refused us: the monitoring
+        // hears of it as an `error` (the run flow reports every later end).
+        Err(failure) => {
+            if let Some(observers) = &opts.settings.observe {
+                crate::observe::Watch::begin(observers, public.clone()).ended(
+                    crate::observe::Event::Error,
+                    failure.status,
+                    std::time::Duration::ZERO,
+                );
+            }
+            return Err(failure);
+        }
+    };
     super::run_with(
         backend,
         &Flow {

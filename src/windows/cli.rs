@@ -363,6 +363,12 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             "--fcntl" => return Err(unix_only("--fcntl")),
             "--start" | "--length" => return Err(unix_only("--start/--length")),
             "--poll" => return Err(unix_only("--poll")),
+            // Monitoring (CONTRACT §17) is built on the Unix run flow's one
+            // seam, which lockrun.exe's own run form does not have yet;
+            // refused rather than silently not logging or counting.
+            "--metrics-file" | "--log" | "--log-facility" => {
+                return Err(unix_only("--metrics-file, --log and --log-facility"));
+            }
             n if n.len() == 2 => {
                 let c = n.chars().nth(1).unwrap_or('?');
                 match c {
