@@ -23,11 +23,11 @@
 //! every metrics file.)
 
 use super::{Event, Report};
+use crate::platform;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -130,7 +130,10 @@ pub fn update(path: &Path, report: &Report) -> Result<(), String> {
     let mut all = parse(&text);
     let series = all.entry(report.lock.to_owned()).or_default();
     apply(series, outcome, report);
-    let mode = locked.metadata().map(|m| m.mode() & 0o7777).ok();
+    let mode = locked
+        .metadata()
+        .map(|m| platform::permission_bits(&m))
+        .ok();
     replace(path, &render(&all), mode)
     // `locked` is closed here, after the rename: the next writer, granted
     // the old inode's lock, sees that PATH is a new one and takes its lock.
@@ -169,13 +172,8 @@ fn lock(path: &Path) -> Result<File, String> {
     let deadline = Instant::now() + LOCK_WAIT;
     let mut pause = Duration::from_millis(1);
     loop {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(false)
-            .create(false)
-            // O_NONBLOCK: a FIFO at PATH must not hang the open.
-            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)
+        // Without waiting: a FIFO at PATH must not hang the open.
+        let file = platform::open_without_waiting(path, false)
             .or_else(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => create_empty(path),
                 _ => Err(e),
@@ -188,10 +186,12 @@ fn lock(path: &Path) -> Result<File, String> {
             return Err("it is not a regular file".to_owned());
         }
         loop {
-            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            match file.try_lock() {
                 Ok(()) => break,
-                Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(format!("cannot lock it: {e}")),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e))
+                    if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(std::fs::TryLockError::Error(e)) => return Err(format!("cannot lock it: {e}")),
             }
             if Instant::now() >= deadline {
                 return Err(format!(
@@ -203,7 +203,7 @@ fn lock(path: &Path) -> Result<File, String> {
             pause = (pause * 2).min(Duration::from_millis(16));
         }
         match std::fs::metadata(path) {
-            Ok(now) if now.dev() == opened.dev() && now.ino() == opened.ino() => return Ok(file),
+            Ok(now) if platform::same_file(&now, &opened) => return Ok(file),
             // Replaced (or removed) while we waited: lock what is there now.
             Ok(_) | Err(_) if Instant::now() < deadline => continue,
             Ok(_) | Err(_) => {
@@ -214,14 +214,7 @@ fn lock(path: &Path) -> Result<File, String> {
 }
 
 fn create_empty(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
+    platform::open_without_waiting(path, true)
 }
 
 /// Writes `text` to a temporary file beside PATH and renames it over PATH,
@@ -232,7 +225,7 @@ fn replace(path: &Path, text: &str, mode: Option<u32>) -> Result<(), String> {
         let mut file =
             create_new(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
         if let Some(mode) = mode {
-            let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+            let _ = platform::set_permission_bits(&file, mode);
         }
         file.write_all(text.as_bytes())
             .and_then(|()| file.sync_data())
@@ -251,14 +244,7 @@ fn replace(path: &Path, text: &str, mode: Option<u32>) -> Result<(), String> {
 /// otherwise be truncated and written through. One left by a killed lockrun
 /// of the same pid is removed (the name only) first.
 fn create_new(temp: &Path) -> std::io::Result<File> {
-    let open = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(temp)
-    };
+    let open = || platform::create_new(temp);
     match open() {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             std::fs::remove_file(temp)?;

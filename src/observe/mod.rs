@@ -263,13 +263,7 @@ impl<'a> Watch<'a> {
 /// a missing socket, a full queue or a refused send is the log's loss,
 /// never the run's (CONTRACT §17).
 fn send_datagram(path: &std::path::Path, datagram: &[u8]) {
-    let Ok(socket) = std::os::unix::net::UnixDatagram::unbound() else {
-        return;
-    };
-    if socket.set_nonblocking(true).is_err() {
-        return;
-    }
-    let _ = socket.send_to(datagram, path);
+    crate::platform::send_datagram(path, datagram);
 }
 
 /// The socket to log to: the environment's override (for tests, or a

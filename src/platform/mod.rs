@@ -35,6 +35,8 @@ mod fds;
 #[cfg(unix)]
 mod host;
 #[cfg(unix)]
+mod small_files;
+#[cfg(unix)]
 pub use fds::{
     AsFd, AsRawFd, BorrowedFd, DescriptorLimit, OwnedFd, RawFd, duplicate_above_stdio,
     make_room_for_descriptors, set_inheritable, wait_for_hang_up,
@@ -43,6 +45,11 @@ pub use fds::{
 pub use host::{
     FileExt, args_from_c, exit_signal, host_name, ignore_broken_pipes, link_count,
     open_standard_streams, others_may_access, user_id,
+};
+#[cfg(unix)]
+pub use small_files::{
+    create_new, open_without_waiting, permission_bits, same_file, send_datagram,
+    set_permission_bits,
 };
 
 #[cfg(unix)]
