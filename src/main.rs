@@ -187,7 +187,7 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
 /// `lockrun list`: one line per lock (`--json`: one object per line).
 #[cfg(unix)]
 fn list(json: bool, paths: &[std::path::PathBuf]) -> Result<u8, Failure> {
-    let reports = lockrun::backend::file::inspect::list::list(paths)?;
+    let reports = lockrun::backend::file::inspect::list::list(paths, false)?;
     let mut out = std::io::stdout().lock();
     for found in &reports {
         let line = if json {
