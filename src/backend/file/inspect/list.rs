@@ -25,6 +25,10 @@ use std::path::{Path, PathBuf};
 /// shows the locks there and not every file).
 pub fn list(paths: &[PathBuf], all: bool) -> Result<Vec<Report>, Failure> {
     let mut look = Look::default();
+    // Walked up front, though a row whose record confirms its holders
+    // needs no walk: every row then lists every holding process, the
+    // command's children too, whichever row comes first.
+    look.index();
     let mut reports = if paths.is_empty() {
         every_lock(&mut look)?
     } else {
