@@ -356,9 +356,29 @@ const TORN_READINGS: usize = 3;
 /// one table per id, in the order given. `holder` on a `--slots` lock
 /// asks for every slot file at once, so that 1024 slots cost one reading
 /// of /proc/locks, not 1024 (issue 26 item 14).
+///
+/// Kept apart from [`lock_snapshot`]: the run path's conflict message asks
+/// for one file, and keeps only that file's lines rather than a map of
+/// every file's.
 pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
-    let table = lock_snapshot()?;
-    Ok(ids.iter().map(|&id| table.table(id)).collect())
+    let mut readings: Vec<Vec<Vec<KernelLock>>> = Vec::new();
+    let mut buf = Vec::new();
+    let mut torn = false;
+    for _ in 0..TORN_READINGS {
+        let reads = read_whole("/proc/locks", &mut buf)?;
+        torn |= reads > 1;
+        let text = String::from_utf8_lossy(&buf);
+        readings.push(locks_of_ids(&text, ids));
+        if !torn {
+            break;
+        }
+    }
+    let mut tables: Vec<LockTable> = ids.iter().map(|_| LockTable::default()).collect();
+    for (i, table) in tables.iter_mut().enumerate() {
+        table.torn = torn;
+        table.locks = merge_readings(readings.iter().map(|reading| &reading[i]));
+    }
+    Ok(tables)
 }
 
 /// The whole of /proc/locks, every file's entries by id: one reading, or,
@@ -407,7 +427,6 @@ pub fn lock_snapshot() -> io::Result<LockSnapshot> {
 }
 
 /// Each id's entries in one reading of /proc/locks, in the table's order.
-#[cfg(test)]
 fn locks_of_ids(text: &str, ids: &[LockId]) -> Vec<Vec<KernelLock>> {
     let mut found: Vec<Vec<KernelLock>> = ids.iter().map(|_| Vec::new()).collect();
     for line in text.lines().filter_map(parse_lock_line) {

@@ -94,6 +94,12 @@ pub(crate) struct Look {
     fds: Option<platform::FdIndex>,
     /// /proc/self/mountinfo, read once, to place files as the table does.
     mounts: Option<String>,
+    /// Set while a `--slots` lock's slots are looked at: no readings
+    /// again, as before this Look answered every call (a `--slots` lock
+    /// reads the table at most three times, which
+    /// tests/slots.rs counts; each slot is answered from those readings and
+    /// the walk of the descriptors).
+    pub(crate) no_rereads: bool,
 }
 
 impl Look {
@@ -117,6 +123,9 @@ impl Look {
 
     /// The table read again, for a file a torn reading may have skipped.
     fn reread(&mut self) -> &[platform::LockSnapshot] {
+        if self.no_rereads {
+            return &[];
+        }
         self.rereads.get_or_insert_with(|| {
             (0..REREADS)
                 .filter_map(|_| platform::lock_snapshot().ok())

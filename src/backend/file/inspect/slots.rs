@@ -32,10 +32,13 @@ pub fn inspect_slots(
     let slot_paths: Vec<PathBuf> = (1..=header.slots)
         .map(|k| record::slot_path(path, k))
         .collect();
+    let rereads = std::mem::replace(&mut look.no_rereads, true);
     let slots = slot_paths
         .iter()
         .map(|slot| inspect_with(slot, want_holders, look))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>();
+    look.no_rereads = rereads;
+    let slots = slots?;
     // LOCKFILE itself, as the kernel has it: the queue. Its head holds it
     // while it waits on the slots (it is then among each slot's waiters);
     // anyone else holding it (flock(1), a plain lockrun, fcntl or lockf)
