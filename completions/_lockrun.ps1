@@ -79,9 +79,11 @@ Register-ArgumentCompleter -Native -CommandName 'lockrun' -ScriptBlock {
             break
         }
         'lockrun;list' {
-            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per lock, one per line (holder --json''s schema)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the state: always, auto (on a terminal, unless NO_COLOR is set) or never')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per lock, one per line (holder --json''s schema, plus `waiters`)')
+            [CompletionResult]::new('--all', '--all', [CompletionResultType]::ParameterName, 'In a directory, also the files that are free and hold no record')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'lockrun;check' {

@@ -226,12 +226,16 @@ _lockrun__clap() {
             return 0
             ;;
         lockrun__subcmd__list)
-            opts="-h --json --help"
+            opts="-h --json --all --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "always auto never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -339,7 +343,7 @@ _lockrun() {
         if ((i == 1)) && [[ " holder list check " == *" $word "* ]]; then
             # Its options (--json, -q) and their values are clap's;
             # everything else is a lock file.
-            if [[ $cur == -* || " --token " == *" $prev "* ]]; then
+            if [[ $cur == -* || " --color --token " == *" $prev "* ]]; then
                 _lockrun__clap "$@"
             else
                 _lockrun__files "$cur"

@@ -74,9 +74,11 @@ set edit:completion:arg-completer[lockrun] = {|@words|
             cand --help 'Print help'
         }
         &'lockrun;list'= {
-            cand --json 'One JSON object per lock, one per line (holder --json''s schema)'
-            cand -h 'Print help'
-            cand --help 'Print help'
+            cand --color 'Colour the state: always, auto (on a terminal, unless NO_COLOR is set) or never'
+            cand --json 'One JSON object per lock, one per line (holder --json''s schema, plus `waiters`)'
+            cand --all 'In a directory, also the files that are free and hold no record'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
         }
         &'lockrun;check'= {
             cand --token 'Lock URLs only: is T the fencing token of a current holder?'

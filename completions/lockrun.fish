@@ -88,8 +88,12 @@ complete -c lockrun -n "__fish_lockrun_first_word" -a "list" -d 'Every lock on t
 complete -c lockrun -n "__fish_lockrun_first_word" -a "check" -d 'Is the lock held right now? (never takes the lock unless --probe)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -l json -d 'One JSON object per path, one per line'
 complete -c lockrun -n "__fish_lockrun_using_subcommand holder" -s h -l help -d 'Print help'
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'One JSON object per lock, one per line (holder --json\'s schema)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l color -d 'Colour the state: always, auto (on a terminal, unless NO_COLOR is set) or never' -r -f -a "always\t'Always, NO_COLOR or not: asked for by name'
+auto\t'On a terminal, unless NO_COLOR is set'
+never\t'Never'"
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'One JSON object per lock, one per line (holder --json\'s schema, plus `waiters`)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'In a directory, also the files that are free and hold no record'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l token -d 'Lock URLs only: is T the fencing token of a current holder?' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l json -d 'Print the same JSON object as `holder --json`'
 complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s q -l quiet -d 'Print nothing; answer with the exit status only'

@@ -29,7 +29,7 @@ lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
        lockrun [OPTIONS] --fd FD [--] COMMAND [ARG]...
        lockrun holder [--json] LOCKFILE...
        lockrun check [--json] [-q] [--probe] LOCKFILE
-       lockrun list [--json] [DIR|LOCKFILE]...";
+       lockrun list [--json] [--all] [--color WHEN] [DIR|LOCKFILE]...";
 
 /// Under the name `flock` there are no subcommands: `flock holder x` locks
 /// a file named holder, as flock(1) would.
@@ -282,18 +282,27 @@ pub enum Inspect {
     },
     /// Every lock on this host, or the lock files given, one per line (never takes a lock)
     #[command(
-        override_usage = "lockrun list [--json] [DIR|LOCKFILE]...",
+        override_usage = "lockrun list [--json] [--all] [--color WHEN] [DIR|LOCKFILE]...",
         after_help = "Without arguments: every lock in the kernel's table (flock, POSIX, OFD), its \
                       path from the holders' descriptors ('(unknown path) MAJ:MIN:INODE' when none can \
                       be read). With arguments: those lock files, and a directory's regular files (not \
-                      recursive); free ones with their last holder.\n\nExit status: 0 listed; 69 this \
+                      recursive); free ones with their last holder, a free file with no record only \
+                      with --all.\n\nOn a terminal, rows are cut to its width (COLUMNS, or the \
+                      terminal's); never when piped or with --json.\n\nExit status: 0 listed; 69 this \
                       system has no lock table to list; 64 usage error.\n\nExamples:\n  lockrun list\n  \
                       lockrun list --json /var/lock"
     )]
     List {
-        /// One JSON object per lock, one per line (holder --json's schema)
+        /// One JSON object per lock, one per line (holder --json's schema, plus `waiters`)
         #[arg(long)]
         json: bool,
+        /// In a directory, also the files that are free and hold no record
+        #[arg(long)]
+        all: bool,
+        /// Colour the state: always, auto (on a terminal, unless NO_COLOR is set) or never
+        #[arg(long, value_name = "WHEN", value_enum, default_value_t = ColorWhen::Never,
+              num_args = 0..=1, default_missing_value = "always")]
+        color: ColorWhen,
         /// Lock files, or directories whose regular files are lock files
         #[arg(value_name = "DIR|LOCKFILE")]
         paths: Vec<PathBuf>,
@@ -323,6 +332,18 @@ pub enum Inspect {
         #[arg(value_name = "LOCKFILE", value_hint = ValueHint::FilePath)]
         path: PathBuf,
     },
+}
+
+/// `list --color`: when to colour the state column. Never by default:
+/// no colour unless asked (CONTRACT §16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    /// Always, NO_COLOR or not: asked for by name
+    Always,
+    /// On a terminal, unless NO_COLOR is set
+    Auto,
+    /// Never
+    Never,
 }
 
 /// `--forward`: which signals sent to lockrun go on to the command.
@@ -384,6 +405,8 @@ pub enum Invocation {
     /// `list`: lock files only.
     List {
         json: bool,
+        all: bool,
+        color: ColorWhen,
         paths: Vec<PathBuf>,
     },
     Check {
@@ -697,7 +720,17 @@ fn parse_with_clap(mut args: Vec<OsString>, as_flock: bool) -> Result<Invocation
         return Ok(Invocation::Generate(kind));
     }
     match cli.inspect {
-        Some(Inspect::List { json, paths }) => Ok(Invocation::List { json, paths }),
+        Some(Inspect::List {
+            json,
+            all,
+            color,
+            paths,
+        }) => Ok(Invocation::List {
+            json,
+            all,
+            color,
+            paths,
+        }),
         Some(Inspect::Holder { json, paths }) => Ok(Invocation::Holder {
             json,
             targets: with_access(

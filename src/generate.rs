@@ -291,7 +291,7 @@ const MAN_SYNOPSIS: &str = "\
 [\\fB\\-\\-json\\fR] [\\fB\\-q\\fR] [\\fB\\-\\-probe\\fR] \\fILOCKFILE\\fR
 .br
 .B lockrun list
-[\\fB\\-\\-json\\fR] [\\fIDIR\\fR|\\fILOCKFILE\\fR]...
+[\\fB\\-\\-json\\fR] [\\fB\\-\\-all\\fR] [\\fB\\-\\-color\\fR \\fIWHEN\\fR] [\\fIDIR\\fR|\\fILOCKFILE\\fR]...
 .br
 .B lockrun \\-\\-generate
 \\fIKIND\\fR
@@ -362,7 +362,12 @@ and
 .BR lockrun\\-check (1).
 .B lockrun list
 lists every lock in the kernel's table (or the lock files and directories
-given), one line each, with the same reports.
+given), one row each in aligned columns, sorted by path, with the same
+reports; a free file of a directory with no record only with \\fB\\-\\-all\\fR.
+On a terminal rows are cut to its width (\\fBCOLUMNS\\fR, or the terminal's);
+\\fB\\-\\-color\\fR \\fIalways\\fR|\\fIauto\\fR|\\fInever\\fR colours the state
+(default \\fInever\\fR; \\fIauto\\fR: on a terminal unless \\fBNO_COLOR\\fR is set).
+\\fB\\-\\-json\\fR adds \\fBwaiters\\fR to the \\fBholder \\-\\-json\\fR schema.
 A lock file literally named \\fBholder\\fR, \\fBcheck\\fR or \\fBlist\\fR in the current
 directory is written \\fB./holder\\fR.
 .SS Descriptor forms

@@ -188,6 +188,25 @@ pub struct Holder {
     pub lock_owner: Option<i32>,
 }
 
+/// One object of `list --json`: `holder --json`'s, plus `waiters`, the
+/// contract's name for the waiters' count (§16). `waiting`, the same
+/// count, stays: `holder --json` documents it.
+#[derive(Debug, Serialize)]
+pub struct Listed<'a> {
+    #[serde(flatten)]
+    pub report: &'a Report,
+    pub waiters: usize,
+}
+
+impl<'a> From<&'a Report> for Listed<'a> {
+    fn from(report: &'a Report) -> Listed<'a> {
+        Listed {
+            report,
+            waiters: report.waiting,
+        }
+    }
+}
+
 /// A file lock's kind and byte range, as --json shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Span {

@@ -145,7 +145,12 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
         Invocation::UrlRun(opts) => registry::run(&opts),
         Invocation::Fd(opts) => fd_mode::run(&opts).map(Ending::Status),
         Invocation::Holder { json, targets } => holder(json, &targets).map(Ending::Status),
-        Invocation::List { json, paths } => list(json, &paths).map(Ending::Status),
+        Invocation::List {
+            json,
+            all,
+            color,
+            paths,
+        } => list(json, all, color, &paths).map(Ending::Status),
         Invocation::Check {
             json,
             quiet,
@@ -167,15 +172,28 @@ fn dispatch(invocation: Invocation) -> Result<Ending, Failure> {
 
 /// `lockrun list`: one line per lock (`--json`: one object per line).
 #[cfg(unix)]
-fn list(json: bool, paths: &[std::path::PathBuf]) -> Result<u8, Failure> {
-    let reports = lockrun::backend::file::inspect::list::list(paths)?;
-    let mut out = std::io::stdout().lock();
-    for found in &reports {
-        let line = if json {
-            lockrun::sanitize::json(found).unwrap_or_default()
-        } else {
-            report::row(found)
+fn list(
+    json: bool,
+    all: bool,
+    color: cli::ColorWhen,
+    paths: &[std::path::PathBuf],
+) -> Result<u8, Failure> {
+    let reports = lockrun::backend::file::inspect::list::list(paths, all)?;
+    let lines = if json {
+        reports
+            .iter()
+            .map(|found| lockrun::sanitize::json(&inspect::Listed::from(found)).unwrap_or_default())
+            .collect()
+    } else {
+        let color = match color {
+            cli::ColorWhen::Always => Some(true),
+            cli::ColorWhen::Never => Some(false),
+            cli::ColorWhen::Auto => None,
         };
+        report::table(&reports, report::Layout::for_stdout(color))
+    };
+    let mut out = std::io::stdout().lock();
+    for line in &lines {
         writeln!(out, "{line}").map_err(|e| {
             Failure::new(
                 exit_codes::OS_ERROR,

@@ -620,3 +620,238 @@ fn recorded_holder(text: &mut String, record: &Record, indent: &str) {
         _ => text.push_str(" lockrun exec'd the command in place"),
     }
 }
+
+/// How `lockrun list` lays its table out: the terminal's width to cut
+/// rows to (`None`: not a terminal, never cut), and whether to colour
+/// the state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Layout {
+    pub width: Option<usize>,
+    pub color: bool,
+}
+
+impl Layout {
+    /// For standard output: cut to `COLUMNS`, or the terminal's width,
+    /// only when it is a terminal (a pipe or a file gets whole rows).
+    /// `color`: `Some` as asked (`--color always`, `never`); `None` for
+    /// `auto`: on a terminal, unless NO_COLOR is set to anything but "".
+    pub fn for_stdout(color: Option<bool>) -> Layout {
+        use std::io::IsTerminal;
+        let stdout = std::io::stdout();
+        let terminal = stdout.is_terminal();
+        let width = terminal
+            .then(|| {
+                std::env::var("COLUMNS")
+                    .ok()
+                    .and_then(|c| c.trim().parse::<usize>().ok())
+                    .filter(|&c| c > 0)
+                    .or_else(|| {
+                        use std::os::fd::AsFd;
+                        crate::platform::terminal_columns(stdout.as_fd())
+                    })
+            })
+            .flatten();
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Layout {
+            width,
+            color: color.unwrap_or(terminal && !no_color),
+        }
+    }
+}
+
+/// `lockrun list`'s human output: a header and one row per report, in
+/// aligned columns (path, state, kind and mode, waiters, slots when any
+/// lock has them, then what `holder`'s first line says of it), each row cut
+/// to the terminal's width when there is one.
+pub fn table(reports: &[Report], layout: Layout) -> Vec<String> {
+    let with_slots = reports.iter().any(|r| r.slots.is_some());
+    let mut rows: Vec<Vec<String>> = vec![
+        ["PATH", "STATE", "KIND", "WAITERS"]
+            .into_iter()
+            .chain(with_slots.then_some("SLOTS"))
+            .chain(["HOLDER"])
+            .map(str::to_owned)
+            .collect(),
+    ];
+    for report in reports {
+        let mut cells = vec![
+            escape(&report.path),
+            state_word(report.state).to_owned(),
+            kind(report),
+            report.waiting.to_string(),
+        ];
+        if with_slots {
+            cells.push(slots_held(report));
+        }
+        cells.push(detail(report));
+        rows.push(cells);
+    }
+    let columns = rows.first().map_or(0, Vec::len);
+    // The last column is free text, never padded.
+    let widths: Vec<usize> = (0..columns.saturating_sub(1))
+        .map(|c| {
+            rows.iter()
+                .map(|row| display::columns(&row[c]))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .enumerate()
+        .map(|(n, cells)| {
+            let mut line = String::new();
+            // Where the state cell is in the line, to colour it.
+            let mut state_at = (0, 0);
+            for (c, cell) in cells.iter().enumerate() {
+                if c == 1 {
+                    state_at = (line.len(), line.len() + cell.len());
+                }
+                line.push_str(cell);
+                if let Some(&width) = widths.get(c) {
+                    let pad = width.saturating_sub(display::columns(cell)) + 2;
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            let line = line.trim_end().to_owned();
+            let line = match layout.width {
+                Some(width) => cut(&line, width),
+                None => line,
+            };
+            let state = n
+                .checked_sub(1)
+                .and_then(|i| reports.get(i))
+                .map(|r| r.state);
+            match state.filter(|_| layout.color) {
+                // Coloured only where the cut left the whole cell.
+                Some(state) if line.get(state_at.0..state_at.1) == Some(state_word(state)) => {
+                    format!(
+                        "{}\x1b[{}m{}\x1b[0m{}",
+                        &line[..state_at.0],
+                        color_of(state),
+                        &line[state_at.0..state_at.1],
+                        &line[state_at.1..]
+                    )
+                }
+                _ => line,
+            }
+        })
+        .collect()
+}
+
+fn state_word(state: State) -> &'static str {
+    match state {
+        State::Held => "held",
+        State::Free => "free",
+        State::Unknown => "unknown",
+    }
+}
+
+/// SGR colours: held yellow (busy), free green, unknown red (look).
+fn color_of(state: State) -> &'static str {
+    match state {
+        State::Held => "33",
+        State::Free => "32",
+        State::Unknown => "31",
+    }
+}
+
+/// `flock exclusive`, `POSIX shared`, `OFD exclusive`; several kinds or
+/// modes joined with `+`; `slots` for a `--slots` lock; `-` when nobody
+/// holds it.
+fn kind(report: &Report) -> String {
+    if report.slots.is_some() {
+        return "slots".to_owned();
+    }
+    let mut kinds: Vec<String> = Vec::new();
+    for holder in &report.holders {
+        let name = match holder.span.as_ref().map(|s| s.kind) {
+            Some("flock") => "flock",
+            Some("ofd") => "OFD",
+            Some("posix") => "POSIX",
+            Some(other) => other,
+            None => "lock",
+        };
+        let both = format!("{name} {}", holder.mode);
+        if !kinds.contains(&both) {
+            kinds.push(both);
+        }
+    }
+    if kinds.is_empty() {
+        "-".to_owned()
+    } else {
+        kinds.join("+")
+    }
+}
+
+/// `2 of 4 held`; `-` for a plain lock.
+fn slots_held(report: &Report) -> String {
+    match (report.slots, &report.slot_reports) {
+        (Some(n), Some(slots)) => format!(
+            "{} of {n} held",
+            slots.iter().filter(|s| s.state == State::Held).count()
+        ),
+        _ => "-".to_owned(),
+    }
+}
+
+/// What [`row`] says after the path, the state and the mode, which have
+/// columns of their own: the holder, since when, the deadline; the last
+/// holder of a free lock; why it is unknown.
+fn detail(report: &Report) -> String {
+    let line = row(report);
+    let path = escape(&report.path);
+    let mut rest = line
+        .strip_prefix(path.as_str())
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(&line);
+    if report.waiting > 0 {
+        let counted = format!(" [{} waiting]", report.waiting);
+        if let Some(at) = rest.find(counted.as_str()) {
+            let (before, after) = rest.split_at(at);
+            if after.len() == counted.len() {
+                rest = before;
+            }
+        }
+    }
+    let word = state_word(report.state);
+    if let Some(after) = rest.strip_prefix(word) {
+        let mut after = after;
+        for mode in [" (exclusive)", " (shared)"] {
+            after = after.strip_prefix(mode).unwrap_or(after);
+        }
+        for joint in ["; ", ", ", ": ", " by ", " "] {
+            if let Some(more) = after.strip_prefix(joint) {
+                after = more;
+                break;
+            }
+        }
+        rest = after;
+    }
+    let rest = rest.trim();
+    if rest.is_empty() {
+        "-".to_owned()
+    } else {
+        rest.to_owned()
+    }
+}
+
+/// `line` cut to `width` terminal columns, its last one `…` when cut.
+fn cut(line: &str, width: usize) -> String {
+    if display::columns(line) <= width {
+        return line.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in line.chars() {
+        let w = display::char_columns(c);
+        if used + w + 1 > width {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    if width > 0 {
+        out.push('…');
+    }
+    out
+}

@@ -326,6 +326,45 @@ fn holder_lists_every_shared_holder_once_with_its_command_under_it() {
     );
 }
 
+/// Two `lockrun --fcntl -s` are two holders, not four (issue 32): an
+/// OFD lock names no caller in fdinfo (pid -1), so what tells a lockrun
+/// and the command that inherited its descriptor apart from a second
+/// holder is the open file description itself, compared with kcmp(2).
+#[test]
+fn fcntl_shared_holders_are_grouped_by_open_file_description() {
+    let dir = temp_dir();
+    let lock = lock_in(&dir);
+    let script = "echo ready $$; exec sleep 60";
+    let (bg_a, a) = Background::lockrun_holding(&["--fcntl", "-s"], &lock, script);
+    let (bg_b, b) = Background::lockrun_holding(&["--fcntl", "-s"], &lock, script);
+    wait_exec(&a[0], "sleep");
+    wait_exec(&b[0], "sleep");
+    let text = holder_text(&lock);
+    assert!(text.contains("held (shared) by 2 processes:"), "{text}");
+    for (lockrun_pid, sleep_pid) in [(bg_a.pid(), &a[0]), (bg_b.pid(), &b[0])] {
+        let holder = format!("\n  pid {lockrun_pid} `");
+        let command = format!("\n    also held through pid {sleep_pid} `sleep 60`, OFD lock");
+        let at = text
+            .find(&holder)
+            .unwrap_or_else(|| panic!("{holder:?} not in {text}"));
+        let under = text[at + 1..].find(&command).map(|c| c + at + 1);
+        let next = text[at + 1..].find("\n  pid ").map(|n| n + at + 1);
+        assert!(
+            under.is_some() && (next.is_none() || under < next),
+            "pid {sleep_pid} not listed under its lockrun {lockrun_pid}: {text}"
+        );
+    }
+    // The JSON lists every process, as for flock(2) holders.
+    let json = holder_json(&lock);
+    let holders = json["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 4, "{json}");
+    assert!(
+        holders
+            .iter()
+            .all(|h| h["kind"] == "ofd" && h["mode"] == "shared")
+    );
+}
+
 /// One `lockrun -s` and its command: one holder, its command held
 /// through it, not "held (shared) by 2 processes".
 #[test]

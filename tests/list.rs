@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 const LOCKF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/lockf.py");
 
@@ -30,11 +31,27 @@ fn list(args: &[&str]) -> (Vec<String>, Vec<serde_json::Value>) {
     (text, json)
 }
 
+/// A row's cells: the columns are two or more spaces apart (a path with
+/// two spaces in it would confuse this; the tests' paths have none).
+fn cells(row: &str) -> Vec<&str> {
+    row.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
 fn row_of<'a>(rows: &'a [String], path: &Path) -> &'a str {
-    let prefix = format!("{}: ", path.display());
+    let path = path.display().to_string();
     rows.iter()
-        .find(|r| r.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no row for {}: {rows:#?}", path.display()))
+        .find(|r| cells(r).first() == Some(&path.as_str()))
+        .unwrap_or_else(|| panic!("no row for {path}: {rows:#?}"))
+}
+
+/// STATE, KIND, WAITERS of a row (the columns after PATH).
+fn columns_of<'a>(rows: &'a [String], path: &Path) -> (&'a str, &'a str, &'a str) {
+    let cells = cells(row_of(rows, path));
+    assert!(cells.len() >= 5, "{cells:?}");
+    (cells[1], cells[2], cells[3])
 }
 
 fn object_of<'a>(objects: &'a [serde_json::Value], path: &Path) -> &'a serde_json::Value {
@@ -79,17 +96,18 @@ fn every_kind_of_lock_on_the_host_is_listed_by_path() {
     let (mut fcntl, _) = Background::lockrun_holding(&["--fcntl"], &ofd, "echo ready; read x");
 
     let (rows, objects) = list(&[]);
-    let row = row_of(&rows, &ours);
-    assert!(
-        row.contains("held (exclusive)") && row.contains("[1 waiting]"),
-        "{row}"
+    assert_eq!(
+        columns_of(&rows, &ours),
+        ("held", "flock exclusive", "1"),
+        "{rows:#?}"
     );
-    assert!(row_of(&rows, &theirs).contains("held (exclusive)"));
-    assert!(row_of(&rows, &posix).contains("POSIX lock"), "{rows:#?}");
-    assert!(row_of(&rows, &ofd).contains("OFD lock"), "{rows:#?}");
+    assert_eq!(columns_of(&rows, &theirs), ("held", "flock exclusive", "0"));
+    assert_eq!(columns_of(&rows, &posix), ("held", "POSIX exclusive", "0"));
+    assert_eq!(columns_of(&rows, &ofd), ("held", "OFD exclusive", "0"));
     // The JSON is holder --json's, one object per line, with the waiters.
     let ours_json = object_of(&objects, &ours);
     assert_eq!(ours_json["state"], "held");
+    assert_eq!(ours_json["waiters"], 1);
     assert_eq!(ours_json["waiting"], 1);
     assert_eq!(
         ours_json["record"]["pid"],
@@ -128,13 +146,16 @@ fn a_directory_lists_its_lock_files_free_and_held() {
     std::fs::write(sub.join("deep.lock"), b"").expect("a file below");
 
     let (rows, objects) = list(&[&dir.path().display().to_string()]);
-    assert_eq!(rows.len(), 2, "{rows:#?}");
+    // A header and the two files.
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    assert_eq!(cells(&rows[0])[..4], ["PATH", "STATE", "KIND", "WAITERS"]);
     let free = row_of(&rows, &done);
     assert!(
-        free.contains("free; last held by") && free.contains("exit 3"),
+        free.contains("last held by") && free.contains("exit 3"),
         "{free}"
     );
-    assert!(row_of(&rows, &busy).contains("held (exclusive)"));
+    assert_eq!(columns_of(&rows, &done).0, "free");
+    assert_eq!(columns_of(&rows, &busy).0, "held");
     assert_eq!(object_of(&objects, &done)["record"]["exit"]["code"], 3);
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
@@ -158,23 +179,37 @@ fn an_unreadable_directory_is_an_unknown_row_with_the_reason() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let out = lockrun_as_nobody()
-        .arg("list")
-        .arg(&open)
-        .arg(&closed)
-        .output()
-        .expect("run list as nobody");
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let listed = |all: bool| {
+        let mut cmd = lockrun_as_nobody();
+        cmd.arg("list");
+        if all {
+            cmd.arg("--all");
+        }
+        let out = cmd
+            .arg(&open)
+            .arg(&closed)
+            .output()
+            .expect("run list as nobody");
+        assert!(out.status.success(), "{out:?}");
+        let rows: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        rows
+    };
+    let rows = listed(true);
+    assert_eq!(columns_of(&rows, &open.join("a.lock")).0, "free");
+    let (state, ..) = columns_of(&rows, &closed);
+    assert_eq!(state, "unknown");
     assert!(
-        text.contains(&format!("{}: free", open.join("a.lock").display())),
-        "{text}"
+        row_of(&rows, &closed).contains("cannot read the directory: Permission denied"),
+        "{rows:#?}"
     );
-    assert!(
-        text.contains(&format!("{}: unknown", closed.display()))
-            && text.contains("cannot read the directory"),
-        "{text}"
-    );
+    // Without --all a free file with no record is no lock to show; the
+    // directory that cannot be read still is.
+    let rows = listed(false);
+    assert!(!rows.iter().any(|r| r.contains("a.lock")), "{rows:#?}");
+    assert_eq!(columns_of(&rows, &closed).0, "unknown");
 }
 
 /// A row says since when, and when `--max-time` stops the command (§16).
@@ -219,10 +254,11 @@ fn a_holder_in_another_mount_namespace_is_held_by_device_and_inode() {
     let mut holder = Background::spawn(cmd);
     holder.expect_ready();
     let (rows, objects) = list(&[]);
+    let here = lock.display().to_string();
     assert!(
         !rows
             .iter()
-            .any(|r| r.starts_with(&format!("{}: ", lock.display()))),
+            .any(|r| cells(r).first() == Some(&here.as_str())),
         "{rows:#?}"
     );
     let nameless: Vec<&serde_json::Value> = objects
@@ -233,12 +269,302 @@ fn a_holder_in_another_mount_namespace_is_held_by_device_and_inode() {
                 .is_some_and(|p| p.starts_with("(unknown path)"))
                 && o["holders"].as_array().is_some_and(|h| {
                     h.iter()
-                        .any(|h| h["command"].to_string().contains("job.lock"))
+                        // This test's own lock: another run of it (another
+                        // checkout's tests) may hold one of the same name.
+                        .any(|h| h["command"].to_string().contains(&here))
                 })
         })
         .collect();
     assert_eq!(nameless.len(), 1, "{rows:#?}");
     assert_eq!(nameless[0]["state"], "held");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+}
+
+/// One process holding `n` flock(2) locks on files of its own (one
+/// descriptor each), until it is released: the crowd beside our rows.
+fn crowd(dir: &Path, n: usize) -> Option<Background> {
+    const HOLD: &str = r#"
+import fcntl, os, resource, sys
+n, d = int(sys.argv[1]), sys.argv[2]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard != resource.RLIM_INFINITY and hard < n + 64:
+    print("too few descriptors: %d" % hard, flush=True)
+    sys.exit(0)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+fds = []
+for i in range(n):
+    fd = os.open(os.path.join(d, "f%05d" % i), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    fds.append(fd)
+print("ready", flush=True)
+sys.stdin.readline()
+"#;
+    std::fs::create_dir_all(dir).expect("the crowd's directory");
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", HOLD, &n.to_string(), &dir.display().to_string()]);
+    let crowd = Background::spawn(cmd);
+    match crowd.line(Duration::from_secs(120)).as_deref() {
+        Some("ready") => Some(crowd),
+        other => {
+            skip(&format!(
+                "a process cannot hold {n} locks here ({other:?}; ulimit -n)"
+            ));
+            None
+        }
+    }
+}
+
+/// Every field of `list --json`'s schema (docs/GUIDE.md, "JSON"), with its
+/// type: `holder --json`'s, plus `waiters`.
+fn check_schema(object: &serde_json::Value) {
+    let line = object.to_string();
+    assert!(object["path"].is_string(), "{line}");
+    assert!(
+        ["held", "free", "unknown"].contains(&object["state"].as_str().unwrap_or("")),
+        "{line}"
+    );
+    for holder in object["holders"].as_array().expect("holders: an array") {
+        assert!(holder["pid"].is_i64(), "{line}");
+        assert!(
+            ["exclusive", "shared"].contains(&holder["mode"].as_str().unwrap_or("")),
+            "{line}"
+        );
+        assert!(
+            holder["command"].is_array() || holder["command"].is_null(),
+            "{line}"
+        );
+        assert!(
+            holder["locked_by"].is_i64() || holder["locked_by"].is_null(),
+            "{line}"
+        );
+        assert!(
+            ["flock", "ofd", "posix"].contains(&holder["kind"].as_str().unwrap_or("")),
+            "{line}"
+        );
+        assert!(holder["start"].is_u64(), "{line}");
+        assert!(holder["end"].is_u64() || holder["end"].is_null(), "{line}");
+    }
+    assert!(
+        object["record"].is_object() || object["record"].is_null(),
+        "{line}"
+    );
+    assert!(
+        object["record_holder_alive"].is_boolean() || object["record_holder_alive"].is_null(),
+        "{line}"
+    );
+    assert!(
+        object["reason"].is_string() || object["reason"].is_null(),
+        "{line}"
+    );
+    assert!(object["exists"].is_boolean(), "{line}");
+    assert!(object["waiters"].is_u64(), "{line}");
+    assert_eq!(object["waiters"], object["waiting"], "{line}");
+}
+
+/// With 0, 1 and 10,000 other locks on the host (one process holding
+/// them all), every one of our rows is there and right: a lockrun holder
+/// with two waiters, flock(1), a POSIX and an OFD holder, a process that
+/// inherited a lock from a flock(1) that is gone, and a 4-slot lock with
+/// 2 slots held; and each of the crowd's locks is a held row. What `list`
+/// answers from one reading of the table and one walk of the descriptors
+/// is what each row's own inspection answered (issue 34 item 4).
+#[test]
+fn every_row_is_right_beside_0_1_and_10000_other_locks() {
+    if !needs("python3", "a POSIX lock holder and a crowd of locks")
+        || !needs("flock", "util-linux flock(1)")
+    {
+        return;
+    }
+    let dir = temp_dir();
+    let ours = dir.path().join("ours.lock");
+    let theirs = dir.path().join("flock.lock");
+    let posix = dir.path().join("posix.lock");
+    let ofd = dir.path().join("ofd.lock");
+    let orphaned = dir.path().join("orphaned.lock");
+    let slotted = dir.path().join("slotted.lock");
+    let (mut holder, _) = Background::lockrun_holding(&[], &ours, "echo ready; read x");
+    let mut waiters: Vec<Background> = (0..2)
+        .map(|_| {
+            let mut cmd = std_lockrun();
+            cmd.args(["-w", "600"]).arg(&ours).arg("true");
+            Background::spawn(cmd)
+        })
+        .collect();
+    wait_for("two waiters in the kernel's queue", || {
+        kernel_waiters(&ours) == 2
+    });
+    let (_flock, _) = flock_holding(&[], &theirs);
+    std::fs::write(&posix, b"").expect("create the POSIX lock file");
+    let mut lockf = Background::spawn({
+        let mut cmd = Command::new("python3");
+        cmd.args([LOCKF, &posix.display().to_string(), "hold", "0", "0"]);
+        cmd
+    });
+    lockf.expect_ready();
+    let (mut fcntl, _) = Background::lockrun_holding(&["--fcntl"], &ofd, "echo ready; read x");
+    let (mut gone, orphan) = flock_holding(&[], &orphaned);
+    wait_exec(orphan, "sleep");
+    kill(gone.pid(), "KILL");
+    gone.wait_exit(BOUND);
+    let mut slots: Vec<Background> = (0..2)
+        .map(|_| Background::lockrun_holding(&["--slots", "4"], &slotted, "echo ready; read x").0)
+        .collect();
+
+    for n in [0, 1, 10_000] {
+        let many = dir.path().join(format!("crowd{n}"));
+        let Some(mut crowd) = crowd(&many, n) else {
+            return;
+        };
+        let (rows, objects) = list(&[]);
+        assert_eq!(
+            columns_of(&rows, &ours),
+            ("held", "flock exclusive", "2"),
+            "beside {n}"
+        );
+        assert_eq!(columns_of(&rows, &theirs), ("held", "flock exclusive", "0"));
+        assert_eq!(columns_of(&rows, &posix), ("held", "POSIX exclusive", "0"));
+        assert_eq!(columns_of(&rows, &ofd), ("held", "OFD exclusive", "0"));
+        let (state, ..) = columns_of(&rows, &orphaned);
+        assert_eq!(state, "held");
+        assert!(
+            row_of(&rows, &orphaned).contains(&format!(
+                "pid {orphan} `sleep 60`, which inherited it from pid {}",
+                gone.pid()
+            )),
+            "{}",
+            row_of(&rows, &orphaned)
+        );
+        // The slot files are locks of their own; the queue file itself is
+        // not in the kernel's table (nobody waits).
+        for k in 1..=2 {
+            let slot = dir.path().join(format!("slotted.lock.slot{k}"));
+            assert_eq!(columns_of(&rows, &slot).0, "held", "slot {k} beside {n}");
+        }
+        let crowd_prefix = format!("{}/", many.display());
+        let crowd_rows: Vec<&String> = rows
+            .iter()
+            .filter(|r| r.starts_with(&crowd_prefix))
+            .collect();
+        assert_eq!(crowd_rows.len(), n, "the crowd's rows beside {n}");
+        assert!(crowd_rows.iter().all(|r| cells(r)[1] == "held"));
+        // The JSON, line by line, against the documented schema.
+        for object in &objects {
+            check_schema(object);
+        }
+        let ours_json = object_of(&objects, &ours);
+        assert_eq!(ours_json["state"], "held");
+        assert_eq!(ours_json["waiters"], 2);
+        assert_eq!(object_of(&objects, &orphaned)["holders"][0]["pid"], orphan);
+        assert_eq!(
+            objects
+                .iter()
+                .filter(|o| o["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with(&crowd_prefix))
+                    && o["state"] == "held")
+                .count(),
+            n
+        );
+        // Sorted by path.
+        let paths: Vec<String> = objects.iter().map(|o| o["path"].to_string()).collect();
+        let mut sorted = paths.clone();
+        sorted.sort();
+        assert_eq!(paths, sorted);
+        // And given the directory: the slots lock as one row, 2 of 4 held.
+        let (rows, _) = list(&[&dir.path().display().to_string()]);
+        let slots_row = cells(row_of(&rows, &slotted));
+        assert_eq!(slots_row[1..3], ["held", "slots"], "{slots_row:?}");
+        assert!(slots_row.contains(&"2 of 4 held"), "{slots_row:?}");
+        crowd.release();
+        let _ = crowd.wait_exit(BOUND);
+    }
+    assert_eq!(kernel_waiters(&ours), 2, "list took nothing");
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    for mut waiter in waiters.drain(..) {
+        assert!(waiter.wait_exit(BOUND).success());
+    }
+    for mut slot in slots.drain(..) {
+        slot.release();
+        let _ = slot.wait_exit(BOUND);
+    }
+    lockf.release();
+    fcntl.release();
+    let _ = fcntl.wait_exit(BOUND);
+    kill(orphan, "KILL");
+}
+
+/// `list` under a pseudo-terminal (script(1)) with COLUMNS.
+fn list_on_a_terminal(env: &[(&str, &str)], args: &str) -> String {
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c"])
+        .arg(format!("{} list {args}", bin()))
+        .arg("/dev/null");
+    cmd.env_remove("NO_COLOR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run script(1)");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
+/// On a terminal the rows are cut to COLUMNS; piped, never. Colour only
+/// when asked: `--color always` (NO_COLOR or not), `--color auto` on a
+/// terminal unless NO_COLOR; never by default (issue 31).
+#[test]
+fn rows_are_cut_to_the_terminal_and_coloured_only_when_asked() {
+    if !needs("script", "a pseudo-terminal (bsdutils script)") {
+        return;
+    }
+    let dir = temp_dir();
+    let lock = dir
+        .path()
+        .join("a-lock-file-with-a-long-name-to-be-cut.lock");
+    let (mut holder, _) = Background::lockrun_holding(
+        &[],
+        &lock,
+        "echo ready; read x # and a command line long enough to pass any width",
+    );
+    let d = dir.path().display().to_string();
+    let held = "\x1b[33mheld\x1b[0m";
+    let on_tty = list_on_a_terminal(&[("COLUMNS", "60")], &d);
+    let lines: Vec<&str> = on_tty.lines().collect();
+    assert_eq!(lines.len(), 2, "{on_tty}");
+    for line in &lines {
+        assert!(line.chars().count() <= 60, "longer than 60: {line:?}");
+    }
+    assert!(lines[1].ends_with('…'), "{on_tty}");
+    assert!(!on_tty.contains('\x1b'), "coloured unasked: {on_tty:?}");
+    // Piped: whole rows, whatever COLUMNS says.
+    let piped = lockrun()
+        .env("COLUMNS", "60")
+        .args(["list", &d])
+        .output()
+        .expect("run list");
+    let piped = String::from_utf8_lossy(&piped.stdout).into_owned();
+    assert!(piped.lines().any(|l| l.chars().count() > 60), "{piped}");
+    assert!(piped.contains("pass any width"), "{piped}");
+    assert!(!piped.contains('\x1b'), "{piped:?}");
+    let auto = list_on_a_terminal(&[("COLUMNS", "200")], &format!("--color auto {d}"));
+    assert!(auto.contains(held), "{auto:?}");
+    let no_color = list_on_a_terminal(
+        &[("COLUMNS", "200"), ("NO_COLOR", "1")],
+        &format!("--color=auto {d}"),
+    );
+    assert!(!no_color.contains('\x1b'), "{no_color:?}");
+    let always = lockrun()
+        .env("NO_COLOR", "1")
+        .args(["list", "--color", "always", &d])
+        .output()
+        .expect("run list");
+    let always = String::from_utf8_lossy(&always.stdout).into_owned();
+    assert!(always.contains(held), "{always:?}");
+    // --json: never cut, never coloured.
+    let json = list_on_a_terminal(&[("COLUMNS", "60")], &format!("--json --color always {d}"));
+    let object: serde_json::Value = serde_json::from_str(json.trim()).expect("one object");
+    assert_eq!(object["state"], "held");
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
 }

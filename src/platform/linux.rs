@@ -1,7 +1,9 @@
 //! Linux: /proc tells who holds a lock and whether a process is still the
 //! one a record names.
 
-use super::{FdHolder, KernelLock, LockId, LockKind, LockSpan, ProcessState};
+use super::{
+    FdHolder, FdIndex, KernelLock, LockId, LockKind, LockSnapshot, LockSpan, ProcessState,
+};
 use crate::mode::LockMode;
 use std::fs;
 use std::io;
@@ -354,6 +356,10 @@ const TORN_READINGS: usize = 3;
 /// one table per id, in the order given. `holder` on a `--slots` lock
 /// asks for every slot file at once, so that 1024 slots cost one reading
 /// of /proc/locks, not 1024 (issue 26 item 14).
+///
+/// Kept apart from [`lock_snapshot`]: the run path's conflict message asks
+/// for one file, and keeps only that file's lines rather than a map of
+/// every file's.
 pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
     let mut readings: Vec<Vec<Vec<KernelLock>>> = Vec::new();
     let mut buf = Vec::new();
@@ -375,6 +381,51 @@ pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
     Ok(tables)
 }
 
+/// The whole of /proc/locks, every file's entries by id: one reading, or,
+/// when a reading takes more than one read(2), [`TORN_READINGS`] of them
+/// merged file by file (see [`merge_readings`]). `holder`, `check` and
+/// `list` answer every file they look at from one of these (issue 34
+/// item 4): one reading per row made `list` of 10,000 locks take minutes.
+pub fn lock_snapshot() -> io::Result<LockSnapshot> {
+    let mut readings: Vec<std::collections::HashMap<LockId, Vec<KernelLock>>> = Vec::new();
+    let mut order: Vec<LockId> = Vec::new();
+    let mut buf = Vec::new();
+    let mut torn = false;
+    for _ in 0..TORN_READINGS {
+        let reads = read_whole("/proc/locks", &mut buf)?;
+        torn |= reads > 1;
+        let mut reading: std::collections::HashMap<LockId, Vec<KernelLock>> =
+            std::collections::HashMap::new();
+        for line in String::from_utf8_lossy(&buf)
+            .lines()
+            .filter_map(parse_lock_line)
+        {
+            let entries = reading.entry(line.id).or_insert_with(|| {
+                order.push(line.id);
+                Vec::new()
+            });
+            entries.push(line.lock);
+        }
+        readings.push(reading);
+        if !torn {
+            break;
+        }
+    }
+    // A file first seen in a later reading was pushed once per reading
+    // that had it first: keep its first place only.
+    let mut seen = std::collections::HashSet::new();
+    order.retain(|id| seen.insert(*id));
+    let none = Vec::new();
+    let by_id = order
+        .iter()
+        .map(|id| {
+            let locks = merge_readings(readings.iter().map(|r| r.get(id).unwrap_or(&none)));
+            (*id, locks)
+        })
+        .collect();
+    Ok(LockSnapshot { by_id, order, torn })
+}
+
 /// Each id's entries in one reading of /proc/locks, in the table's order.
 fn locks_of_ids(text: &str, ids: &[LockId]) -> Vec<Vec<KernelLock>> {
     let mut found: Vec<Vec<KernelLock>> = ids.iter().map(|_| Vec::new()).collect();
@@ -386,77 +437,37 @@ fn locks_of_ids(text: &str, ids: &[LockId]) -> Vec<Vec<KernelLock>> {
     found
 }
 
-/// Every file the kernel's lock table lists (`lockrun list`), each with
-/// the path some process's descriptor gives it (`None`: no descriptor we
-/// may look at names it, or the file was deleted). A torn table is read
-/// three times and the files of every reading kept. Paths come from one
-/// pass over /proc/*/fd: a descriptor's `stat` is matched against the
-/// table's device and inode, so a file system whose `stat` device differs
-/// from the super block's (a btrfs subvolume) shows no path.
-pub fn locked_files() -> io::Result<Vec<(LockId, Option<std::path::PathBuf>)>> {
-    let mut buf = Vec::new();
-    let mut ids: Vec<LockId> = Vec::new();
-    for _ in 0..TORN_READINGS {
-        let reads = read_whole("/proc/locks", &mut buf)?;
-        for line in String::from_utf8_lossy(&buf)
-            .lines()
-            .filter_map(parse_lock_line)
-        {
-            if !ids.contains(&line.id) {
-                ids.push(line.id);
-            }
-        }
-        if reads <= 1 {
-            break;
-        }
-    }
-    let mut wanted: std::collections::HashMap<LockId, Option<std::path::PathBuf>> =
-        ids.iter().map(|&id| (id, None)).collect();
-    let mut left = wanted.len();
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return Ok(ids.into_iter().map(|id| (id, None)).collect());
-    };
-    'processes: for proc in procs.flatten() {
-        if left == 0 {
-            break;
-        }
-        let name = proc.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+/// The path of each of `ids` that some descriptor of `index` names: a
+/// descriptor's `stat` is matched against the table's device and inode,
+/// so a file system whose `stat` device differs from the super block's (a
+/// btrfs subvolume) shows no path.
+pub fn paths_in(
+    index: &FdIndex,
+    ids: &[LockId],
+) -> std::collections::HashMap<LockId, std::path::PathBuf> {
+    let wanted: std::collections::HashSet<LockId> = ids.iter().copied().collect();
+    let mut found = std::collections::HashMap::new();
+    for (&(dev, ino), fds) in &index.open {
+        let id = stat_lock_id(dev, ino);
+        if !wanted.contains(&id) || found.contains_key(&id) {
             continue;
         }
-        let Ok(fds) = fs::read_dir(proc.path().join("fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            let Ok(meta) = fs::metadata(fd.path()) else {
-                continue;
-            };
-            if !meta.is_file() {
-                continue;
-            }
-            let id = stat_lock_id(meta.dev(), meta.ino());
-            // The link names the file in the holder's mount namespace:
-            // only a path that leads to the same file here is its path (a
-            // holder in a namespace of its own would otherwise lend its
-            // lock's name to whatever file has that name here, or none,
-            // and the row would say "free").
-            if let Some(slot @ None) = wanted.get_mut(&id)
-                && let Ok(target) = fs::read_link(fd.path())
-                && fs::metadata(&target)
-                    .is_ok_and(|here| here.dev() == meta.dev() && here.ino() == meta.ino())
-            {
-                *slot = Some(target);
-                left -= 1;
-                if left == 0 {
-                    break 'processes;
-                }
-            }
+        // The link names the file in the holder's mount namespace: only a
+        // path that leads to the same file here is its path (a holder in a
+        // namespace of its own would otherwise lend its lock's name to
+        // whatever file has that name here, or none, and the row would say
+        // "free").
+        let path = fds.iter().find_map(|&(pid, fd)| {
+            let target = fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+            fs::metadata(&target)
+                .is_ok_and(|here| here.dev() == dev && here.ino() == ino)
+                .then_some(target)
+        });
+        if let Some(path) = path {
+            found.insert(id, path);
         }
     }
-    Ok(ids
-        .into_iter()
-        .map(|id| (id, wanted.remove(&id).flatten()))
-        .collect())
+    found
 }
 
 /// One file's entries from several readings of the table, as one list.
@@ -546,10 +557,6 @@ pub fn fd_holders(dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
     (found.pop().unwrap_or_default(), complete)
 }
 
-/// [`fd_holders`] for several files (stat's `dev`, `ino`) in one scan of
-/// every process: one list per file, in the order given. A `--slots`
-/// lock's files are looked at together, so that `holder` scans the
-/// processes once whatever the number of slots (issue 26 item 14).
 /// Every process's pid as /proc lists them now; `None` without /proc.
 fn process_ids() -> Option<impl Iterator<Item = i32>> {
     let procs = fs::read_dir("/proc").ok()?;
@@ -561,40 +568,131 @@ fn process_ids() -> Option<impl Iterator<Item = i32>> {
     }))
 }
 
+/// [`fd_holders`] for several files (stat's `dev`, `ino`) in one scan of
+/// every process: one list per file, in the order given. A `--slots`
+/// lock's files are looked at together, so that `holder` scans the
+/// processes once whatever the number of slots (issue 26 item 14).
 pub fn fd_holders_of(files: &[(u64, u64)]) -> (Vec<Vec<FdHolder>>, bool) {
-    let mut holders: Vec<Vec<FdHolder>> = files.iter().map(|_| Vec::new()).collect();
-    let mut complete = true;
-    let Some(procs) = process_ids() else {
-        return (holders, false);
-    };
-    let index: std::collections::HashMap<(u64, u64), usize> = files
+    let wanted: std::collections::HashSet<(u64, u64)> = files.iter().copied().collect();
+    let index = walk_descriptors(Some(&wanted));
+    let found = files
         .iter()
-        .enumerate()
-        .map(|(i, &file)| (file, i))
+        .map(|&(dev, ino)| holders_in(&index, dev, ino))
         .collect();
+    (found, index.complete)
+}
+
+/// One walk of every process's descriptors: which process has which file
+/// open, by stat's device and inode, without reading a single fdinfo.
+/// `holder`, `check` and `list` make at most one per call and answer every
+/// file from it ([`holders_in`], [`paths_in`]): the walk, one stat per
+/// descriptor on the host, is what a row cost when each row made its own.
+pub fn index_descriptors() -> FdIndex {
+    walk_descriptors(None)
+}
+
+/// [`index_descriptors`], keeping only the files of `wanted` when given.
+fn walk_descriptors(wanted: Option<&std::collections::HashSet<(u64, u64)>>) -> FdIndex {
+    let mut index = FdIndex {
+        open: std::collections::HashMap::new(),
+        complete: true,
+    };
+    let Some(procs) = process_ids() else {
+        index.complete = false;
+        return index;
+    };
     for pid in procs {
-        match process_locks_of(pid, &index) {
-            Ok(locks) => {
-                for (i, lock) in locks {
-                    let holder = FdHolder {
-                        pid,
-                        mode: lock.mode,
-                        caller: lock.pid,
-                        span: lock.span,
-                    };
-                    if !holders[i].contains(&holder) {
-                        holders[i].push(holder);
-                    }
-                }
+        let fds = match fs::read_dir(format!("/proc/{pid}/fd")) {
+            Ok(fds) => fds,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                index.complete = false;
+                continue;
             }
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => complete = false,
-            Err(_) => {}
+            // Gone since /proc was listed: it holds nothing.
+            Err(_) => continue,
+        };
+        for fd in fds.flatten() {
+            let Some(number) = fd.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            // A stat through the fd link is one syscall; fdinfo is read
+            // later, only for the descriptors of a file asked about. Both
+            // sides are stat()'s view, so they agree on btrfs and overlays.
+            let Ok(meta) = fs::metadata(fd.path()) else {
+                continue;
+            };
+            let file = (meta.dev(), meta.ino());
+            if wanted.is_some_and(|wanted| !wanted.contains(&file)) {
+                continue;
+            }
+            index.open.entry(file).or_default().push((pid, number));
         }
     }
-    for list in &mut holders {
-        list.sort_by_key(|h| h.pid);
+    index
+}
+
+/// The processes holding a lock on the file (stat's `dev`, `ino`) among
+/// the descriptors of `index`: those whose fdinfo shows a lock line, by
+/// pid, each lock once per process.
+pub fn holders_in(index: &FdIndex, dev: u64, ino: u64) -> Vec<FdHolder> {
+    let mut holders: Vec<FdHolder> = Vec::new();
+    for &(pid, fd) in index.open.get(&(dev, ino)).into_iter().flatten() {
+        add_holders(&mut holders, pid, fd);
     }
-    (holders, complete)
+    holders.sort_by_key(|h| h.pid);
+    holders
+}
+
+/// The locks descriptor `fd` of `pid` holds, as its fdinfo shows them,
+/// added to `holders` unless that process is listed with that lock.
+fn add_holders(holders: &mut Vec<FdHolder>, pid: i32, fd: i32) {
+    let Ok(info) = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
+        // Closed since the walk, or the process is gone.
+        return;
+    };
+    for line in info
+        .lines()
+        .filter_map(|line| line.strip_prefix("lock:"))
+        .filter_map(parse_lock_line)
+        .filter(|l| !l.lock.waiting)
+    {
+        let holder = FdHolder {
+            pid,
+            mode: line.lock.mode,
+            caller: line.lock.pid,
+            span: line.lock.span,
+            fd,
+        };
+        if !holders.iter().any(|h| h.same_lock(&holder)) {
+            holders.push(holder);
+        }
+    }
+}
+
+/// The locks process `pid` holds on the file (stat's `dev`, `ino`), as
+/// [`holders_in`] gives them, from its own descriptors only: how a holder
+/// the record names is confirmed without walking every process. Empty
+/// when it holds none or is gone; `None` when its descriptors cannot be
+/// looked at (another user's, without root).
+pub fn process_fd_holders(pid: i32, dev: u64, ino: u64) -> Option<Vec<FdHolder>> {
+    if pid <= 0 {
+        return Some(Vec::new());
+    }
+    let fds = match fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(fds) => fds,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(Vec::new()),
+        Err(_) => return None,
+    };
+    let mut holders = Vec::new();
+    for fd in fds.flatten() {
+        let Some(number) = fd.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if fs::metadata(fd.path()).is_ok_and(|meta| meta.dev() == dev && meta.ino() == ino) {
+            add_holders(&mut holders, pid, number);
+        }
+    }
+    Some(holders)
 }
 
 /// Whether process `pid` holds a lock on the file (stat's `dev`, `ino`)
@@ -712,7 +810,7 @@ pub fn sharing_description(ours: std::os::fd::BorrowedFd<'_>, dev: u64, ino: u64
 /// kcmp(2) KCMP_FILE: whether our `ours` and `pid`'s `theirs` are one open
 /// file description; `None` when the kernel cannot say (no kcmp, or not
 /// allowed to look at that process).
-fn same_description(me: i32, ours: i32, pid: i32, theirs: i32) -> Option<bool> {
+pub fn same_description(me: i32, ours: i32, pid: i32, theirs: i32) -> Option<bool> {
     const KCMP_FILE: libc::c_int = 0;
     // SAFETY: kcmp only compares kernel objects named by pids and
     // descriptor numbers; no memory is passed.

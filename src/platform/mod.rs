@@ -200,6 +200,52 @@ pub struct FdHolder {
     /// else inherited it.
     pub caller: i32,
     pub span: LockSpan,
+    /// The descriptor it holds the lock through (its first, if several):
+    /// kcmp(2) compares open file descriptions by pid and descriptor.
+    pub fd: i32,
+}
+
+impl FdHolder {
+    /// The same process holding the same lock, through whichever
+    /// descriptor: listed once.
+    pub fn same_lock(&self, other: &FdHolder) -> bool {
+        self.pid == other.pid
+            && self.mode == other.mode
+            && self.caller == other.caller
+            && self.span == other.span
+    }
+}
+
+/// One reading of the kernel's whole lock table (see `lock_snapshot`):
+/// every file's entries by lock id.
+#[derive(Debug, Default, Clone)]
+pub struct LockSnapshot {
+    pub by_id: std::collections::HashMap<LockId, Vec<KernelLock>>,
+    /// Every id, in the order the table first lists it.
+    pub order: Vec<LockId>,
+    /// Read in several read(2) calls: see `LockTable::torn`.
+    pub torn: bool,
+}
+
+impl LockSnapshot {
+    /// One file's entries, as `kernel_locks` gives them.
+    pub fn table(&self, id: LockId) -> LockTable {
+        LockTable {
+            locks: self.by_id.get(&id).cloned().unwrap_or_default(),
+            torn: self.torn,
+        }
+    }
+}
+
+/// One walk of every process's descriptors (see `index_descriptors`):
+/// stat's (device, inode) of each open file, with the (pid, descriptor)
+/// pairs that have it open.
+#[derive(Debug, Default)]
+pub struct FdIndex {
+    pub open: std::collections::HashMap<(u64, u64), Vec<(i32, i32)>>,
+    /// Every process's descriptors could be listed (another user's need
+    /// root): only then does "no descriptor holds it" prove anything.
+    pub complete: bool,
 }
 
 /// How many columns the terminal on `fd` has, if it is one.

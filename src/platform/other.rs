@@ -265,13 +265,33 @@ pub fn kernel_locks(_id: LockId) -> io::Result<LockTable> {
          (`lockrun check --probe` tries the lock instead)",
     ))
 }
-/// `lockrun list` without arguments: no table to list here.
-pub fn locked_files() -> io::Result<Vec<(LockId, Option<std::path::PathBuf>)>> {
+/// No table to read here: as [`kernel_locks`] says.
+pub fn lock_snapshot() -> io::Result<super::LockSnapshot> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
-        "this system has no kernel lock table lockrun can read: name the lock files or \
-         directories to list",
+        "this system has no kernel lock table lockrun can read \
+         (`lockrun check --probe` tries the lock instead; list takes the lock files to show)",
     ))
+}
+/// No /proc to walk: an index that saw nothing, and says it is incomplete.
+pub fn index_descriptors() -> super::FdIndex {
+    super::FdIndex::default()
+}
+pub fn holders_in(_index: &super::FdIndex, _dev: u64, _ino: u64) -> Vec<FdHolder> {
+    Vec::new()
+}
+pub fn paths_in(
+    _index: &super::FdIndex,
+    _ids: &[LockId],
+) -> std::collections::HashMap<LockId, std::path::PathBuf> {
+    std::collections::HashMap::new()
+}
+pub fn process_fd_holders(_pid: i32, _dev: u64, _ino: u64) -> Option<Vec<FdHolder>> {
+    None
+}
+/// No kcmp(2): descriptors are never known to share a description.
+pub fn same_description(_me: i32, _ours: i32, _pid: i32, _theirs: i32) -> Option<bool> {
+    None
 }
 pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
     ids.iter().map(|&id| kernel_locks(id)).collect()

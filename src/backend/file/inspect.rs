@@ -29,7 +29,17 @@ pub fn look_up(path: &Path, want_holders: bool, probe: bool) -> Result<Report, F
 }
 
 pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
-    let mut report = inspect_with(path, want_holders, &mut Look::default())?;
+    inspect_in(path, want_holders, &mut Look::default())
+}
+
+/// [`inspect`] from the readings `look` has made or will make: `list`
+/// answers every row from one.
+pub(crate) fn inspect_in(
+    path: &Path,
+    want_holders: bool,
+    look: &mut Look,
+) -> Result<Report, Failure> {
+    let mut report = inspect_with(path, want_holders, look)?;
     if report.state == State::Held
         && report.slot_reports.is_none()
         && report.record_holder_alive == Some(true)
@@ -63,89 +73,141 @@ pub fn inspect(path: &Path, want_holders: bool) -> Result<Report, Failure> {
     Ok(report)
 }
 
-/// Where [`inspect`] gets the kernel's view of a file: read afresh for it
-/// alone, or, for the files of a `--slots` lock ([`Look::of_files`]), one
-/// reading of /proc/locks and at most one scan of every process's
-/// descriptors for all of them: with 1024 slots, one scan per slot took
-/// minutes on a busy host (issue 26 item 14).
-/// A file of [`Look::of_files`]: its stat identity, its lock id, and its
-/// locks as one reading of the table gave them (or why it could not be
-/// read).
-type Known = (
-    (u64, u64),
-    platform::LockId,
-    Result<platform::LockTable, String>,
-);
+/// How many more readings of the table a torn one earns, per call (see
+/// the end of [`inspect_with`]).
+const REREADS: usize = 3;
 
+/// Where [`inspect_with`] gets the kernel's view: one reading of
+/// /proc/locks (a bounded few when it is torn) and at most one walk of
+/// every process's descriptors, made the first time a file needs them and
+/// then answering every file of the call: every slot of a `--slots` lock,
+/// every row of `list`. One reading and one walk per file took minutes
+/// with 1024 slots (issue 26 item 14) or 10,000 locks (issue 34 item 4).
 #[derive(Default)]
 pub(crate) struct Look {
-    /// Each file's stat identity, its lock id, and its locks as one
-    /// reading of the table gave them (or why the table could not be read).
-    known: Vec<Known>,
-    /// The one scan of the descriptors, made the first time one of the
-    /// files needs it: holders per file of `known`, in order, and whether
-    /// every process could be looked at.
-    scanned: Option<(Vec<Vec<FdHolder>>, bool)>,
+    /// The table as first read, or why it could not be.
+    table: Option<Result<platform::LockSnapshot, String>>,
+    /// Readings made again because the first was torn (at most
+    /// [`REREADS`], made together the first time a file needs them).
+    rereads: Option<Vec<platform::LockSnapshot>>,
+    /// The one walk of the descriptors.
+    fds: Option<platform::FdIndex>,
+    /// /proc/self/mountinfo, read once, to place files as the table does.
+    mounts: Option<String>,
+    /// Set while a `--slots` lock's slots are looked at: no readings
+    /// again, as before this Look answered every call (a `--slots` lock
+    /// reads the table at most three times, which
+    /// tests/slots.rs counts; each slot is answered from those readings and
+    /// the walk of the descriptors).
+    pub(crate) no_rereads: bool,
 }
 
 impl Look {
-    /// Placed and read together: the files of `paths` that exist.
-    pub(crate) fn of_files(paths: &[std::path::PathBuf]) -> Look {
-        let mut mounts = None;
-        let files: Vec<((u64, u64), platform::LockId)> = paths
-            .iter()
-            .filter_map(|path| {
-                let meta = fs::metadata(path).ok()?;
-                let (dev, ino) = (meta.dev(), meta.ino());
-                Some((
-                    (dev, ino),
-                    platform::lock_id_at_in(path, dev, ino, &mut mounts),
-                ))
-            })
-            .collect();
-        let ids: Vec<platform::LockId> = files.iter().map(|(_, id)| *id).collect();
-        let tables: Vec<Result<platform::LockTable, String>> = match platform::kernel_locks_of(&ids)
-        {
-            Ok(tables) => tables.into_iter().map(Ok).collect(),
-            Err(e) => ids.iter().map(|_| Err(e.to_string())).collect(),
-        };
-        Look {
-            known: files
-                .into_iter()
-                .zip(tables)
-                .map(|((file, id), table)| (file, id, table))
-                .collect(),
-            scanned: None,
-        }
+    fn lock_id_at(&mut self, path: &Path, dev: u64, ino: u64) -> platform::LockId {
+        platform::lock_id_at_in(path, dev, ino, &mut self.mounts)
     }
 
-    fn lock_id_at(&self, path: &Path, dev: u64, ino: u64) -> platform::LockId {
-        match self.known.iter().find(|(file, ..)| *file == (dev, ino)) {
-            Some((_, id, _)) => *id,
-            None => platform::lock_id_at(path, dev, ino),
-        }
+    fn snapshot(&mut self) -> Result<&platform::LockSnapshot, String> {
+        self.table
+            .get_or_insert_with(|| platform::lock_snapshot().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
-    /// The table as read for these files (read again would only repeat
-    /// what was read a moment ago), or read now for another.
-    fn kernel_locks(&self, id: platform::LockId) -> io::Result<platform::LockTable> {
-        match self.known.iter().find(|(_, known, _)| *known == id) {
-            Some((.., table)) => table.clone().map_err(io::Error::other),
-            None => platform::kernel_locks(id),
+    /// One file's entries in the table as this call read it.
+    fn kernel_locks(&mut self, id: platform::LockId) -> io::Result<platform::LockTable> {
+        self.snapshot()
+            .map(|table| table.table(id))
+            .map_err(io::Error::other)
+    }
+
+    /// The table read again, for a file a torn reading may have skipped.
+    fn reread(&mut self) -> &[platform::LockSnapshot] {
+        if self.no_rereads {
+            return &[];
         }
+        self.rereads.get_or_insert_with(|| {
+            (0..REREADS)
+                .filter_map(|_| platform::lock_snapshot().ok())
+                .collect()
+        })
+    }
+
+    /// Every table entry the snapshot has, by id: `list`'s rows.
+    fn ids(&mut self) -> Result<Vec<platform::LockId>, String> {
+        self.snapshot().map(|table| table.order.clone())
+    }
+
+    fn index(&mut self) -> &platform::FdIndex {
+        self.fds.get_or_insert_with(platform::index_descriptors)
     }
 
     fn fd_holders(&mut self, dev: u64, ino: u64) -> (Vec<FdHolder>, bool) {
-        let Some(at) = self.known.iter().position(|(file, ..)| *file == (dev, ino)) else {
-            return platform::fd_holders(dev, ino);
-        };
-        let known = &self.known;
-        let (found, complete) = self.scanned.get_or_insert_with(|| {
-            let files: Vec<(u64, u64)> = known.iter().map(|(file, ..)| *file).collect();
-            platform::fd_holders_of(&files)
-        });
-        (found.get(at).cloned().unwrap_or_default(), *complete)
+        let index = self.index();
+        (platform::holders_in(index, dev, ino), index.complete)
     }
+
+    /// The holders of a file the table shows held: those the record
+    /// names, when their own descriptors account for every lock the table
+    /// lists (lockrun took it, and lockrun and its command hold it), else
+    /// what the walk of every process finds. Reading two processes'
+    /// fdinfo instead of every process's descriptors is what keeps
+    /// `holder` near `check` on a busy host. What it leaves out: a process
+    /// the command started that inherited the descriptor, which holds
+    /// the same lock and adds no other.
+    fn held_by(
+        &mut self,
+        dev: u64,
+        ino: u64,
+        held: &[&KernelLock],
+        record: Option<&Record>,
+        alive: bool,
+    ) -> Vec<FdHolder> {
+        if self.fds.is_none()
+            && let Some(found) = confirmed_by_record(dev, ino, held, record, alive)
+        {
+            return found;
+        }
+        self.fd_holders(dev, ino).0
+    }
+}
+
+/// The holders the record names, when the table's every held entry was
+/// taken by one of them and their fdinfo shows each: `None` when any of
+/// that is not so (another taker, an OFD lock, which the table gives no
+/// pid, a process we may not look at), and the walk must say.
+fn confirmed_by_record(
+    dev: u64,
+    ino: u64,
+    held: &[&KernelLock],
+    record: Option<&Record>,
+    alive: bool,
+) -> Option<Vec<FdHolder>> {
+    let record = record.filter(|r| alive && !r.is_released())?;
+    let named: Vec<i32> = [record.lockrun_pid, record.pid]
+        .into_iter()
+        .flatten()
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .filter(|&pid| pid > 0)
+        .collect();
+    if held.is_empty() || !held.iter().all(|l| named.contains(&l.pid)) {
+        return None;
+    }
+    let mut found: Vec<FdHolder> = Vec::new();
+    for &pid in &named {
+        for holder in platform::process_fd_holders(pid, dev, ino)? {
+            if !found.iter().any(|h| h.same_lock(&holder)) {
+                found.push(holder);
+            }
+        }
+    }
+    let accounted = held.iter().all(|l| {
+        found
+            .iter()
+            .any(|h| h.caller == l.pid && h.mode == l.mode && h.span == l.span)
+    });
+    found.sort_by_key(|h| h.pid);
+    accounted.then_some(found)
 }
 
 pub(crate) fn inspect_with(
@@ -174,7 +236,7 @@ pub(crate) fn inspect_with(
     };
     let (dev, ino) = (meta.dev(), meta.ino());
     if meta.is_file()
-        && let Some(report) = slots::inspect_slots(path, dev, ino, want_holders)?
+        && let Some(report) = slots::inspect_slots(path, dev, ino, want_holders, look)?
     {
         return Ok(report);
     }
@@ -223,7 +285,9 @@ pub(crate) fn inspect_with(
         if !ambiguous {
             report.state = State::Held;
             if want_holders {
-                report.holders = holders(look.fd_holders(dev, ino).0, &held);
+                let alive = liveness == Some(Liveness::Alive);
+                let found = look.held_by(dev, ino, &held, report.record.as_ref(), alive);
+                report.holders = holders(found, &held);
             }
             return Ok(report);
         }
@@ -273,11 +337,13 @@ pub(crate) fn inspect_with(
         // a holder it shows is believed where its id names this file alone.
         // On a btrfs subvolume it may be another file's: there the
         // descriptors, just looked at, have the last word.
-        let rereads = if ambiguous { 0 } else { 3 };
-        for _ in 0..rereads {
-            if let Ok(again) = look.kernel_locks(id)
-                && again.locks.iter().any(|l| !l.waiting)
-            {
+        // The readings again are made once per call and answer every
+        // file of it: a list of 10,000 free files in a torn table reads it
+        // a bounded number of times, not 30,000.
+        let again = if ambiguous { &[][..] } else { look.reread() };
+        for again in again {
+            let again = again.table(id);
+            if again.locks.iter().any(|l| !l.waiting) {
                 report.state = State::Held;
                 let seen: Vec<&KernelLock> = again.locks.iter().filter(|l| !l.waiting).collect();
                 report.holders = holders(Vec::new(), &seen);
@@ -478,15 +544,18 @@ fn holders(fd_holders: Vec<FdHolder>, held: &[&KernelLock]) -> Vec<Holder> {
     // A holder whose lock was taken by a process that no longer holds it
     // inherited it: say so. Decided from the descriptors, not from whether
     // that pid exists: once it has exited, its pid may be someone else's.
+    let shared = sharing_descriptions(&fd_holders);
     fd_holders
         .iter()
-        .map(|h| {
+        .zip(shared)
+        .map(|(h, shared)| {
             let caller_gone = h.caller > 0
                 && h.caller != h.pid
                 && !fd_holders.iter().any(|other| other.pid == h.caller);
             // The caller is 0 or -1 where the kernel does not name one
-            // (another PID namespace, an OFD lock): each its own holder.
-            let owner = (h.caller > 0).then_some(h.caller);
+            // (another PID namespace, an OFD lock): the open file
+            // description, compared with kcmp, says who shares one lock.
+            let owner = (h.caller > 0).then_some(h.caller).or(shared);
             describe(
                 h.pid,
                 h.mode,
@@ -496,6 +565,37 @@ fn holders(fd_holders: Vec<FdHolder>, held: &[&KernelLock]) -> Vec<Holder> {
             )
         })
         .collect()
+}
+
+/// For each holder the kernel names no caller for (an OFD lock, which
+/// belongs to an open file description, or a caller in another PID
+/// namespace): the first holder, by pid, holding the same lock through the
+/// same open file description, as kcmp(2) KCMP_FILE compares them. A
+/// `lockrun --fcntl -s` and the command that inherited its descriptor are
+/// then one holder, as a flock(2) lock's are by its caller (issue 32).
+/// Where kcmp is refused (EPERM: another user's process, without root;
+/// ENOSYS: a kernel built without it) each stays its own holder, as
+/// before: more holders listed than there are locks, never fewer.
+fn sharing_descriptions(fd_holders: &[FdHolder]) -> Vec<Option<i32>> {
+    let mut owners: Vec<Option<i32>> = vec![None; fd_holders.len()];
+    for (i, h) in fd_holders.iter().enumerate() {
+        if h.caller > 0 {
+            continue;
+        }
+        let first = fd_holders[..i].iter().enumerate().find(|(j, other)| {
+            other.caller <= 0
+                && other.pid != h.pid
+                && other.mode == h.mode
+                && other.span == h.span
+                && owners[*j].is_none_or(|owner| owner == other.pid)
+                && platform::same_description(other.pid, other.fd, h.pid, h.fd) == Some(true)
+        });
+        if let Some((j, other)) = first {
+            owners[j] = Some(other.pid);
+            owners[i] = Some(other.pid);
+        }
+    }
+    owners
 }
 
 fn describe(
@@ -607,6 +707,7 @@ mod tests {
             mode: LockMode::Exclusive,
             caller: 7,
             span: LockSpan::WHOLE_FLOCK,
+            fd: 3,
         };
         let verdict = conclude_unseen(Some(&record), &local(CHILD_NS), || vec![holder.clone()]);
         assert_eq!(verdict, Unseen::HeldVia(vec![holder]));

@@ -16,14 +16,15 @@ use std::path::{Path, PathBuf};
 /// The report on `path` with a report per slot, or `None` when `path`
 /// is not used with `--slots`.
 ///
-/// Every file is looked at from one reading of the kernel's lock table
-/// and at most one scan of the processes' descriptors ([`Look`]),
-/// whatever N is.
+/// Every file is looked at from the caller's one reading of the kernel's
+/// lock table and at most one scan of the processes' descriptors
+/// ([`Look`]), whatever N is.
 pub fn inspect_slots(
     path: &Path,
     dev: u64,
     ino: u64,
     want_holders: bool,
+    look: &mut Look,
 ) -> Result<Option<Report>, Failure> {
     let Some(header) = read_header(path, dev, ino) else {
         return Ok(None);
@@ -31,11 +32,13 @@ pub fn inspect_slots(
     let slot_paths: Vec<PathBuf> = (1..=header.slots)
         .map(|k| record::slot_path(path, k))
         .collect();
-    let mut look = Look::of_files(&[&[path.to_owned()][..], &slot_paths].concat());
+    let rereads = std::mem::replace(&mut look.no_rereads, true);
     let slots = slot_paths
         .iter()
-        .map(|slot| inspect_with(slot, want_holders, &mut look))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|slot| inspect_with(slot, want_holders, look))
+        .collect::<Result<Vec<_>, _>>();
+    look.no_rereads = rereads;
+    let slots = slots?;
     // LOCKFILE itself, as the kernel has it: the queue. Its head holds it
     // while it waits on the slots (it is then among each slot's waiters);
     // anyone else holding it (flock(1), a plain lockrun, fcntl or lockf)
