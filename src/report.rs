@@ -646,7 +646,7 @@ impl Layout {
                     .and_then(|c| c.trim().parse::<usize>().ok())
                     .filter(|&c| c > 0)
                     .or_else(|| {
-                        use std::os::fd::AsFd;
+                        use crate::platform::AsFd;
                         crate::platform::terminal_columns(stdout.as_fd())
                     })
             })

@@ -227,6 +227,8 @@ pub struct LockSnapshot {
     pub torn: bool,
 }
 
+// LockTable is the Unix facades' (linux.rs, other.rs).
+#[cfg(unix)]
 impl LockSnapshot {
     /// One file's entries, as `kernel_locks` gives them.
     pub fn table(&self, id: LockId) -> LockTable {
