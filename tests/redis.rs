@@ -1929,3 +1929,51 @@ fn rediss_sentinel_uses_tls_and_the_sentinels_own_password() {
     let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
     assert!(text.contains("\"state\":\"free\""), "{text}");
 }
+
+/// Found by the fault harness (issue 29, `pause`: a holder stopped 7.1 s
+/// after its primary was SIGSTOPped, TTL 4 s). A stopped primary must cost
+/// the lock at the lease's deadline, not later; the bound is as loose as
+/// `paused_server_stops_the_command`'s (TTL 2 s, under 5 s): TTL 3 s
+/// here, under 4.5 s; the old code took about twice the TTL (2.0 s with
+/// TTL 1 s, 8.2 s with TTL 4 s).
+#[test]
+fn through_sentinel_a_stopped_primary_stops_the_command_at_the_ttl() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    // No failover meanwhile: the primary is only stopped.
+    assert_eq!(
+        set.ask(&[
+            "SENTINEL",
+            "SET",
+            "lockm",
+            "down-after-milliseconds",
+            "60000"
+        ]),
+        "OK"
+    );
+    let url = set.url("stopped");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "3s", "--kill-grace", "1s", &url, "--"])
+        .args(["sh", "-c", "echo ready $$; exec sleep 1021"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let command = lockrun.expect_ready()[0].parse::<i32>().expect("pid");
+    let _guard = SleepGuard(vec![(command, "1021")]);
+    let stopped = Instant::now();
+    set.primary.signal("STOP");
+    let status = lockrun.wait_exit(BOUND);
+    let took = stopped.elapsed();
+    set.primary.signal("CONT");
+    let stderr = stderr_of(&mut lockrun);
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(process_gone(command), "the command was not stopped");
+    assert!(
+        stderr.contains("could not be renewed for its whole TTL (3s)"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_millis(4500),
+        "stopped {took:?} after the primary, TTL 3s: {stderr}"
+    );
+}

@@ -233,6 +233,11 @@ pub fn replica_wait(ttl: Duration) -> Duration {
 /// docs/LOCK-URLS.md). It narrows the window, it does not close it: a
 /// replica that acknowledged can still lose the write to its own crash.
 fn replicate(con: &mut redis::Connection, ttl: Duration) -> redis::RedisResult<Replicated> {
+    let waited = replica_wait(ttl);
+    // Both calls within the lease's first half: the lease counts from
+    // the acquire, and a primary that stops answering here must not hold
+    // the command's start past it.
+    set_deadline(con, Instant::now() + waited);
     let role: Vec<Value> = redis::cmd("ROLE").query(con)?;
     let connected = match role.as_slice() {
         [kind, _, Value::Array(replicas)] if bytes(kind).as_deref() == Some(b"master") => {
@@ -243,10 +248,9 @@ fn replicate(con: &mut redis::Connection, ttl: Duration) -> redis::RedisResult<R
     if connected == 0 {
         return Ok(Replicated::NoReplica);
     }
-    let waited = replica_wait(ttl);
     // WAIT blocks on the server for up to its timeout: the socket's
-    // deadline must outlast it.
-    set_deadline(con, Instant::now() + waited + CALL_TIMEOUT);
+    // deadline must outlast it, a little.
+    set_deadline(con, Instant::now() + waited + waited / 2);
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(millis(waited)).query(con)?;
     Ok(if acked > 0 {
         Replicated::Acked(acked)
@@ -351,14 +355,19 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
         ),
         Opened::Other(e) => explain(url, &e),
     })?;
-    set_deadline(&con, Instant::now() + CALL_TIMEOUT);
     if url.sentinel.is_some() {
         // What a Sentinel said may be a moment old (a failover under
-        // way): only the primary itself can say it is one.
+        // way): only the primary itself can say it is one. Asked within
+        // the connect's own deadline: a renewal connects this way, and a
+        // stopped primary (which still completes the TCP handshake: the
+        // kernel does) held it for a whole CALL_TIMEOUT past the lease
+        // (found by the fault harness's `pause`: 76 after 2×TTL).
+        set_deadline(&con, until);
         let mut con = con;
         let role: Vec<Value> = redis::cmd("ROLE")
             .query(&mut con)
             .map_err(|e| explain(url, &e))?;
+        set_deadline(&con, Instant::now() + CALL_TIMEOUT);
         return match role.first().and_then(bytes).as_deref() {
             Some(b"master") => Ok(con),
             _ => Err(format!(
@@ -367,6 +376,7 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
             )),
         };
     }
+    set_deadline(&con, Instant::now() + CALL_TIMEOUT);
     Ok(con)
 }
 
@@ -394,6 +404,15 @@ fn open(
     } else {
         ConnectionAddr::Tcp(host, port)
     };
+    // redis-rs reads each reply of its set-up pipeline (AUTH, SELECT,
+    // CLIENT SETINFO twice) with the whole time left, so a server that
+    // accepts but does not answer (SIGSTOP: the kernel completes the TCP
+    // handshake) held a connect for several times its timeout: a renewal
+    // then stopped the command at twice the TTL (the fault harness's
+    // `pause`). SETINFO is left out (only a label in CLIENT LIST; Redis
+    // 7.0 refuses it anyway), and the time is shared among the replies.
+    let replies = u32::from(settings.password().is_some()) + u32::from(settings.db() != 0);
+    let settings = settings.set_skip_set_lib_name();
     let info = redis::IntoConnectionInfo::into_connection_info(addr)
         .map(|info: ConnectionInfo| info.set_redis_settings(settings))
         .map_err(Opened::Other)?;
@@ -409,14 +428,28 @@ fn open(
         })?;
         redis::Client::build_with_tls(info, certificates).map_err(Opened::Other)?
     };
-    let timeout = timeout.max(Duration::from_millis(10));
-    client.get_connection_with_timeout(timeout).map_err(|e| {
+    let timeout = (timeout / replies.max(1)).max(Duration::from_millis(10));
+    let until = Instant::now() + timeout;
+    let tls_failure = |e: redis::RedisError| {
         if url.tls && (e.is_io_error() || e.kind() == redis::ErrorKind::InvalidClientConfig) {
             Opened::Tls(e)
         } else {
             Opened::Other(e)
         }
-    })
+    };
+    let mut con = client
+        .get_connection_with_timeout(timeout)
+        .map_err(tls_failure)?;
+    if url.tls {
+        // The TLS handshake happens at the first exchange, which the
+        // set-up pipeline no longer makes without a password: a PING
+        // here, so that a certificate refused is said to be TLS's.
+        set_deadline(&con, until);
+        redis::cmd("PING")
+            .query::<()>(&mut con)
+            .map_err(tls_failure)?;
+    }
+    Ok(con)
 }
 
 /// The primary's address, from the first Sentinel that knows it; over
