@@ -1977,3 +1977,65 @@ fn through_sentinel_a_stopped_primary_stops_the_command_at_the_ttl() {
         "stopped {took:?} after the primary, TTL 3s: {stderr}"
     );
 }
+
+/// Found by the fault harness (issue 29, `pause`): a lockrun that reached
+/// the primary just before it was stopped, and was answered once it
+/// resumed, after Sentinel had promoted the replica, took the lock on the
+/// old primary (which still says ROLE master until Sentinel demotes it)
+/// while another holder had it on the new one, with the same token, and
+/// started its command. The acquire is now checked against the primary
+/// Sentinel names after it; this one must wait for the holder.
+#[test]
+fn through_sentinel_an_acquire_answered_by_a_demoted_primary_does_not_count() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = set.url("stale");
+    let dir = temp_dir();
+    let log = dir.path().join("log");
+    set.primary.signal("STOP");
+    // A: asks Sentinel, which still names the stopped primary, and waits
+    // for its answer there.
+    let mut a = std_lockrun();
+    a.args(["--ttl", "2s", "-w", "60", &url, "--"])
+        .arg("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo A-start >> {l}; echo A-end >> {l}",
+            l = log.display()
+        ))
+        .stderr(Stdio::piped());
+    let mut a = Background::spawn(a);
+    let replica = set.replica.port.to_string();
+    wait_for("the Sentinel to promote the replica", || {
+        set.primary_port() == replica
+    });
+    wait_for("the replica to be promoted", || {
+        set.replica.cli(&["ROLE"]).starts_with("master")
+    });
+    // B holds the lock on the new primary.
+    let (mut b, _) = Background::lockrun_holding(
+        &["--ttl", "2s"],
+        Path::new(&url),
+        &format!(
+            "echo B-start >> {l}; echo ready; read x; echo B-end >> {l}",
+            l = log.display()
+        ),
+    );
+    // The old primary answers what A sent it before the failover.
+    set.primary.signal("CONT");
+    wait_for("A to be queued behind B on the new primary", || {
+        holder_json(&url)["waiting"] == 1
+    });
+    b.release();
+    assert!(b.wait_exit(BOUND).success(), "{}", b.stderr_text());
+    let status = a.wait_exit(BOUND);
+    let stderr = stderr_of(&mut a);
+    assert!(status.success(), "{status:?}: {stderr}");
+    let order = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        order.lines().collect::<Vec<_>>(),
+        ["B-start", "B-end", "A-start", "A-end"],
+        "{stderr}"
+    );
+}

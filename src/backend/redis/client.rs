@@ -197,6 +197,10 @@ pub enum Attempt {
     Plain(Vec<u8>),
     /// Free, but this many live waiters were queued first.
     Queued(i64),
+    /// Taken on a primary that Sentinel no longer names (a failover
+    /// happened while the acquire was on its way) and let go again: try
+    /// again on the one it names now.
+    Stale,
 }
 
 /// Whether the acquire (the token's `INCR`, the key) reached a replica
@@ -335,6 +339,15 @@ pub fn explain(url: &RedisUrl, e: &redis::RedisError) -> String {
 /// A connection to `url`'s server, within `timeout`, its calls bounded by
 /// `CALL_TIMEOUT` until told otherwise.
 pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, String> {
+    connect_at(url, timeout).map(|(con, _)| con)
+}
+
+/// `connect`, and the address it connected to (through Sentinel: the
+/// primary it named), for `attempt` to check after an acquire.
+pub fn connect_at(
+    url: &RedisUrl,
+    timeout: Duration,
+) -> Result<(redis::Connection, (String, u16)), String> {
     let until = Instant::now() + timeout;
     let (host, port) = match &url.sentinel {
         Some(sentinel) => primary(url, sentinel, until)?,
@@ -348,6 +361,7 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
         redis = redis.set_password(&password.value);
     }
     let left = until.saturating_duration_since(Instant::now());
+    let at = (host.clone(), port);
     let con = open(url, (host, port), redis, left).map_err(|e| match e {
         Opened::Tls(e) => format!(
             "TLS with Redis at {} failed (does it serve TLS on that port, and does --cacert, or else the system's roots, hold the CA that signed its certificate for this host name?): {e}",
@@ -369,7 +383,7 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
             .map_err(|e| explain(url, &e))?;
         set_deadline(&con, Instant::now() + CALL_TIMEOUT);
         return match role.first().and_then(bytes).as_deref() {
-            Some(b"master") => Ok(con),
+            Some(b"master") => Ok((con, at)),
             _ => Err(format!(
                 "{} is not a primary (yet): a failover is under way, or the Sentinels disagree",
                 url.address()
@@ -377,7 +391,7 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
         };
     }
     set_deadline(&con, Instant::now() + CALL_TIMEOUT);
-    Ok(con)
+    Ok((con, at))
 }
 
 /// Why `open` failed: TLS (worded by the caller) or anything else.
@@ -581,7 +595,7 @@ pub struct Waiter<'a> {
 /// waiter that does not get it is queued (or stays so, its place kept
 /// alive for a TTL).
 pub fn attempt(
-    con: &mut redis::Connection,
+    (con, at): (&mut redis::Connection, Option<&(String, u16)>),
     scripts: &Scripts,
     (url, waiter): (&RedisUrl, Waiter<'_>),
     (record, slots): (&[u8], Option<u16>),
@@ -628,7 +642,16 @@ pub fn attempt(
                 .and_then(|t| t.parse().ok())
         })
     };
-    let acquired = |con: &mut redis::Connection, token, slot| {
+    let acquired = |con: &mut redis::Connection, token, slot: Option<u16>| {
+        if still_named(url, at) == Some(false) {
+            let place = match (slots, slot) {
+                (Some(n), Some(k)) => Place::Slot { n, k },
+                _ => Place::Plain,
+            };
+            let mark = super::mark(token, waiter.id);
+            let _ = release(con, scripts, (url, place), &mark, None);
+            return Ok(Attempt::Stale);
+        }
         let replicated = if url.wait_replica {
             match replicate(con, ttl) {
                 Ok(replicated) => replicated,
@@ -670,6 +693,20 @@ pub fn attempt(
         )),
         _ => Err(malformed("the acquire script's answer")),
     }
+}
+
+/// Through Sentinel, after an acquire: whether the Sentinels still name
+/// the primary it was made on (`None`: not through Sentinel, or they
+/// could not be asked). A primary stopped past Sentinel's
+/// `down-after-milliseconds` answers, once resumed, what was sent to it
+/// before the failover, and takes itself for the primary (its ROLE) until
+/// Sentinel demotes it, seconds later: the fault harness's `pause` had a
+/// lockrun take the lock there, with the same token as the holder on the
+/// new primary, and start its command.
+fn still_named(url: &RedisUrl, at: Option<&(String, u16)>) -> Option<bool> {
+    let (sentinel, at) = (url.sentinel.as_ref()?, at?);
+    let now = primary(url, sentinel, Instant::now() + CALL_TIMEOUT).ok()?;
+    Some(now == *at)
 }
 
 fn ours(answer: i64) -> Ours {

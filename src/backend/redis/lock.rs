@@ -40,8 +40,10 @@ type Got = Arc<Mutex<Option<(i64, Option<u16>, Instant)>>>;
 
 pub struct RedisBackend {
     url: RedisUrl,
-    /// The main thread's connection: attempts, the holder's name, undo.
+    /// The main thread's connection: attempts, the holder's name, undo;
+    /// and the address it reached (through Sentinel: the primary named).
     con: Option<redis::Connection>,
+    con_at: Option<(String, u16)>,
     scripts: Scripts,
     /// The record our key carries once it is ours.
     record: Vec<u8>,
@@ -76,8 +78,8 @@ fn unavailable(label: &str, why: &str) -> Failure {
 
 impl RedisBackend {
     pub fn start(opts: &RunOptions, label: &str) -> Result<RedisBackend, Failure> {
-        let con =
-            client::connect(&opts.url, CONNECT_TIMEOUT).map_err(|e| unavailable(label, &e))?;
+        let (con, con_at) =
+            client::connect_at(&opts.url, CONNECT_TIMEOUT).map_err(|e| unavailable(label, &e))?;
         let me = crate::identity::Me::gather();
         // The waiters' queue knows us by it, and the key's value carries
         // it beside the token: what the renewal and release compare.
@@ -90,6 +92,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             url: opts.url.clone(),
             con: Some(con),
+            con_at: Some(con_at),
             scripts: Scripts::new(),
             record: opts.waiting_record(),
             ttl: opts.ttl,
@@ -117,8 +120,10 @@ impl RedisBackend {
 
     fn connection(&mut self) -> Result<&mut redis::Connection, Failure> {
         if self.con.is_none() {
-            let con = client::connect(&self.url, CONNECT_TIMEOUT).map_err(|e| self.failure(&e))?;
+            let (con, at) =
+                client::connect_at(&self.url, CONNECT_TIMEOUT).map_err(|e| self.failure(&e))?;
             self.con = Some(con);
+            self.con_at = Some(at);
         }
         self.con
             .as_mut()
@@ -165,7 +170,7 @@ impl Contender for RedisBackend {
             queue: false,
         };
         let answer = client::attempt(
-            &mut con,
+            (&mut con, self.con_at.as_ref()),
             &self.scripts,
             (&self.url, waiter),
             (&self.record, self.slots),
@@ -192,6 +197,14 @@ impl Contender for RedisBackend {
             Attempt::Queued(ahead) => {
                 self.owner = None;
                 self.ahead = Some(ahead);
+                Ok(false)
+            }
+            // Not ours after all (a failover meanwhile): the waiter, or
+            // the conflict's holder, asks the primary named now.
+            Attempt::Stale => {
+                self.con = None;
+                self.owner = None;
+                self.ahead = None;
                 Ok(false)
             }
             Attempt::OtherSlots(theirs) => {
@@ -366,7 +379,8 @@ fn wait_connected(
 ) -> Result<(), Waited> {
     let lost = |e: &redis::RedisError| Waited::Unreachable(client::explain(url, e));
     let mut sub = client::connect(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
-    let mut con = client::connect(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
+    let (mut con, mut at) =
+        client::connect_at(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
     let mut pubsub = sub.as_pubsub();
     pubsub
         .subscribe(&[url.channel().as_str(), wake])
@@ -380,11 +394,17 @@ fn wait_connected(
         }
         if url.sentinel.is_some() {
             // The primary as Sentinel names it now, as for a renewal.
-            con = client::connect(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
+            (con, at) = client::connect_at(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
         }
         client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
         let sent = Instant::now();
-        let answer = client::attempt(&mut con, scripts, (url, waiter), (record, slots), ttl);
+        let answer = client::attempt(
+            (&mut con, Some(&at)),
+            scripts,
+            (url, waiter),
+            (record, slots),
+            ttl,
+        );
         let pttl = match answer {
             Ok(Attempt::Acquired(token, slot, replicated)) => {
                 warn_unreplicated(label, token, replicated);
@@ -394,6 +414,9 @@ fn wait_connected(
             Ok(Attempt::Held { pttl, .. }) => pttl,
             // Free, but those queued first take it: until their release.
             Ok(Attempt::Queued(_)) => -1,
+            // Taken on a demoted primary and let go: at once again, on
+            // the primary Sentinel names now.
+            Ok(Attempt::Stale) => continue,
             Ok(Attempt::OtherSlots(theirs)) => {
                 return Err(Waited::Final(disagreement(
                     label,
