@@ -11,6 +11,12 @@
 #                   here with `cargo build --release --features redis`
 #                   into target/redis/<host tuple>/release/)
 #   HANDOFFS=N      handoff repetitions (default 25)
+#   FREDLOCK=path   the peer row: fredlock (PyPI), a RedLock lock-and-run
+#                   CLI meant to replace flock(1) (default: `fredlock` on
+#                   PATH; none, no peer rows). 0.1.3 runs only with
+#                   pottery 2.0.1 and redis-py 3.5.3 (see bench/README.md):
+#                   python3 -m venv /tmp/fl && /tmp/fl/bin/pip install
+#                   fredlock==0.1.3 pottery==2.0.1 redis==3.5.3
 #
 # Starts its own redis-server on a free loopback port (nothing saved) and
 # stops it at the end. Needs bash >= 5 and Debian's redis-server and
@@ -76,6 +82,12 @@ floor() { cli SET bench-floor 1 NX PX 10000 >/dev/null; cli DEL bench-floor >/de
 measure "redis-cli SET NX PX + redis-cli DEL (floor)" floor
 measure "redis-cli SET NX PX alone" cli SET bench-one 1 NX PX 1
 measure "lockrun FILE true (for scale)" "$LOCKRUN" "$dir/bench.lock" true
+FREDLOCK=${FREDLOCK:-$(command -v fredlock || true)}
+# fredlock logs each step on stderr
+fred() { "$FREDLOCK" -u "redis://127.0.0.1:$port" "$@" 2>/dev/null; }
+if [ -n "$FREDLOCK" ]; then
+  measure "fredlock --wait-timeout 0 run true (peer)" fred --name bench-fred --wait-timeout 0 run true
+fi
 
 # ---------------------------------------------------------------- handoff
 # A holder runs `read; date +%s%N` under the lock, fed through a FIFO; a
@@ -107,3 +119,29 @@ echo
 echo "# handoff: holder's command ends -> waiter's command starts, $HANDOFFS reps (ms)"
 sort -n "$dir/handoffs" | awk '{a[NR]=$1} END {
   printf "p50 %.2f  p90 %.2f  max %.2f\n", a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
+
+# The peer's handoff: fredlock's waiter polls (pottery's Redlock retries
+# after a random sleep), so there is no subscription to wait for: the
+# holder is let go once the waiter has been trying for 0.5 s.
+fred_handoff_once() { # $1 = lock name; prints waiter - holder in µs
+  local name=$1 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
+  mkfifo "$fifo"
+  fred --name "$name" run -- sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
+  local holder=$!
+  for _ in $(seq 400); do [ "$(cli EXISTS "redlock:$name")" = 1 ] && break; sleep 0.01; done
+  fred --name "$name" --wait-timeout 30 run -- date +%s%N >"$wait_out" &
+  local waiter=$!
+  sleep 0.5
+  echo go >"$fifo"
+  wait "$holder" "$waiter" || true
+  local h w; h=$(grep -E '^[0-9]+$' "$hold_out" | tail -1); w=$(grep -E '^[0-9]+$' "$wait_out" | tail -1)
+  rm -f "$fifo" "$hold_out" "$wait_out"
+  echo $(( (w - h) / 1000 ))
+}
+if [ -n "$FREDLOCK" ]; then
+  : >"$dir/fred-handoffs"
+  for i in $(seq "$HANDOFFS"); do fred_handoff_once "fred-handoff-$i" >>"$dir/fred-handoffs"; done
+  echo "# handoff, fredlock (peer), $HANDOFFS reps (ms)"
+  sort -n "$dir/fred-handoffs" | awk '{a[NR]=$1} END {
+    printf "p50 %.2f  p90 %.2f  max %.2f\n", a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
+fi

@@ -1557,3 +1557,485 @@ fn three_hosts_on_one_redis_lock_started_at_once_exactly_one_runs() {
     assert_eq!(record["host"], ran.trim(), "{record}");
     assert_eq!(record["exit"]["code"], 0);
 }
+
+/// The control for the counter test above (issue 28 item 4): the same
+/// workers and the same read, widen, write body without lockrun lose
+/// updates and overlap, so the locked test's counts can fail.
+#[test]
+fn without_the_lock_the_same_counter_loses_updates() {
+    let dir = temp_dir();
+    let counter = dir.path().join("counter");
+    std::fs::write(&counter, "0\n").expect("write counter");
+    let meter = dir.path().join("meter");
+    let body = format!(
+        "echo \"start $$ none\" >> {m}; n=$(cat {c}); sleep 0.01; echo $((n+1)) > {c}; echo \"end $$ none\" >> {m}",
+        c = counter.display(),
+        m = meter.display()
+    );
+    let (workers, rounds) = (3, 20);
+    let mut running: Vec<Child> = (0..workers)
+        .map(|_| {
+            let script = format!(
+                "i=0; while [ $i -lt {rounds} ]; do sh -c \"$0\" || exit 9; i=$((i+1)); done"
+            );
+            Command::new("sh")
+                .args(["-c", &script, &body])
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    for worker in &mut running {
+        let status = wait_child(worker, BOUND * 3);
+        assert!(status.success(), "a worker failed: {status:?}");
+    }
+    let total: usize = std::fs::read_to_string(&counter)
+        .expect("read counter")
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let seen = read_meter(dir.path(), 1);
+    assert_eq!(seen.ended, workers * rounds);
+    assert!(
+        total < workers * rounds && seen.peak > 1,
+        "without a lock no update was lost ({total} of {}) and nothing overlapped (peak {}): the counter test could not fail",
+        workers * rounds,
+        seen.peak
+    );
+}
+
+/// A primary and one replica, the replica's pid for SIGSTOP.
+fn primary_and_replica() -> Option<(Redis, Redis)> {
+    let primary = Redis::start()?;
+    let replica = Redis::start_with(
+        &["--replicaof", "127.0.0.1", &primary.port.to_string()],
+        false,
+    )?;
+    wait_for("the replica to be online on the primary", || {
+        primary.cli(&["ROLE"]).contains(&replica.port.to_string())
+    });
+    Some((primary, replica))
+}
+
+fn wait_calls(redis: &Redis) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 28 item 1: with a replica connected the acquire waits for it to
+/// acknowledge (`WAIT 1`), so the command's token is on the replica
+/// before the command starts; a replica that does not acknowledge is
+/// waited for TTL/4 at most and named in a warning; LOCKRUN_REDIS_WAIT=0
+/// turns it off.
+#[test]
+fn the_acquire_waits_for_a_replica_and_warns_when_none_acknowledges() {
+    let Some((primary, replica)) = primary_and_replica() else {
+        return;
+    };
+    let url = primary.url("job");
+    let script = format!(
+        "echo $LOCKRUN_FENCING_TOKEN; redis-cli -h 127.0.0.1 -p {} GET job:fencing",
+        replica.port
+    );
+    let out = lockrun()
+        .args([&url, "sh", "-c", &script])
+        .env_remove("LOCKRUN_REDIS_WAIT")
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0], lines[1], "the replica had not the token yet");
+    assert_eq!(wait_calls(&primary), 1, "no WAIT after the acquire");
+    // A replica that does not answer: the run goes on after TTL/4, warned.
+    replica.signal("STOP");
+    let out = lockrun()
+        .args(["--ttl", "2s", &url, "true"])
+        .env_remove("LOCKRUN_REDIS_WAIT")
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("none of the 1 replica(s)")
+            && stderr.contains("acknowledged fencing token 2 within 500ms"),
+        "{stderr}"
+    );
+    assert_eq!(wait_calls(&primary), 2);
+    // Turned off: no WAIT, no warning, even with the replica stopped.
+    let out = lockrun()
+        .args(["--ttl", "2s", &url, "true"])
+        .env("LOCKRUN_REDIS_WAIT", "0")
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(!stderr.contains("acknowledged"), "{stderr}");
+    assert_eq!(wait_calls(&primary), 2);
+    replica.signal("CONT");
+    // No replica at all: no WAIT (it would only wait out its timeout).
+    let Some(alone) = Redis::start() else { return };
+    lockrun()
+        .args([&alone.url("job"), "true"])
+        .env_remove("LOCKRUN_REDIS_WAIT")
+        .assert()
+        .success();
+    assert_eq!(wait_calls(&alone), 0);
+}
+
+/// A waiter rides out its server's restart (issue 29: waiters during a
+/// failover): it was asked to wait, and the lock is to be had again once
+/// the server is back, so it connects again rather than exit 69.
+#[test]
+fn a_waiter_rides_out_a_server_restart_and_gets_the_lock() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let url = redis.url("ride");
+    let (mut holder, _) = Background::lockrun_holding(
+        &["--ttl", "2s"],
+        Path::new(&url),
+        "echo ready; exec sleep 1024",
+    );
+    let _guard = SleepGuard(vec![]);
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "2s", "-w", "60", &url, "--"]).args([
+        "sh",
+        "-c",
+        "echo ready got-it; read x",
+    ]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the waiter to queue", || holder_json(&url)["waiting"] == 1);
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let port = redis.port.to_string();
+    redis.child = Command::new(SERVER)
+        .args(["--port", &port, "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(redis.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("restart redis-server");
+    // The holder cannot renew on the new server: stopped, 76.
+    assert_eq!(
+        holder.wait_exit(BOUND).code(),
+        Some(76),
+        "{}",
+        holder.stderr_text()
+    );
+    let words = waiter.expect_ready();
+    assert_eq!(words, ["got-it"], "{}", waiter.stderr_text());
+    waiter.release();
+    assert!(
+        waiter.wait_exit(BOUND).success(),
+        "{}",
+        waiter.stderr_text()
+    );
+}
+
+/// Sentinel over TLS and with a password of its own (issue 28 item 2): a
+/// primary and its replica that serve TLS and ask for the data password,
+/// and a Sentinel that serves only TLS and asks for another password.
+struct GuardedSentinel {
+    primary: Redis,
+    _replica: Redis,
+    sentinel: Child,
+    port: u16,
+    pki: Pki,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for GuardedSentinel {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+    }
+}
+
+const DATA_PW: &str = "data-pw-5c1";
+const SENTINEL_PW: &str = "sentinel-pw-8e4";
+
+impl GuardedSentinel {
+    fn start() -> Option<GuardedSentinel> {
+        let sentinel_bin = ["/usr/bin/redis-sentinel", "redis-sentinel"]
+            .into_iter()
+            .find(|b| Path::new(b).exists() || has(b));
+        let Some(sentinel_bin) = sentinel_bin else {
+            missing("redis-sentinel");
+            return None;
+        };
+        let pki = Pki::make()?;
+        let tls = |extra: &[&str]| {
+            let mut args = vec![
+                "--tls-cert-file".to_owned(),
+                pki.file("server.pem"),
+                "--tls-key-file".to_owned(),
+                pki.file("server.key"),
+                "--tls-ca-cert-file".to_owned(),
+                pki.file("ca.pem"),
+                "--tls-auth-clients".to_owned(),
+                "no".to_owned(),
+                "--tls-replication".to_owned(),
+                "yes".to_owned(),
+            ];
+            args.extend(extra.iter().map(|s| s.to_string()));
+            args
+        };
+        let primary_args = tls(&[]);
+        let primary = Redis::start_with(
+            &primary_args.iter().map(String::as_str).collect::<Vec<_>>(),
+            true,
+        )?;
+        let replica_args = tls(&["--replicaof", "127.0.0.1", &primary.tls_port.to_string()]);
+        let replica = Redis::start_with(
+            &replica_args.iter().map(String::as_str).collect::<Vec<_>>(),
+            true,
+        )?;
+        wait_for("the replica to be in sync over TLS", || {
+            replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+        replica.cli(&["CONFIG", "SET", "masterauth", DATA_PW]);
+        for node in [&primary, &replica] {
+            node.cli(&["CONFIG", "SET", "requirepass", DATA_PW]);
+        }
+        let dir = temp_dir();
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+                 tls-auth-clients no\ntls-replication yes\nrequirepass {SENTINEL_PW}\n\
+                 sentinel monitor lockm 127.0.0.1 {primary} 1\n\
+                 sentinel auth-pass lockm {DATA_PW}\n\
+                 sentinel down-after-milliseconds lockm 1000\n",
+                dir = dir.path().display(),
+                cert = pki.file("server.pem"),
+                key = pki.file("server.key"),
+                ca = pki.file("ca.pem"),
+                primary = primary.tls_port
+            ),
+        )
+        .expect("sentinel.conf");
+        let sentinel = Command::new(sentinel_bin)
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start redis-sentinel");
+        let set = GuardedSentinel {
+            primary,
+            _replica: replica,
+            sentinel,
+            port,
+            pki,
+            _dir: dir,
+        };
+        wait_for("the Sentinel to name the primary over TLS", || {
+            set.ask(&["SENTINEL", "get-master-addr-by-name", "lockm"])
+                .contains(&set.primary.tls_port.to_string())
+        });
+        Some(set)
+    }
+
+    fn ask(&self, args: &[&str]) -> String {
+        Command::new("redis-cli")
+            .args(["--tls", "--cacert", &self.pki.file("ca.pem")])
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .env("REDISCLI_AUTH", SENTINEL_PW)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+#[test]
+fn rediss_sentinel_uses_tls_and_the_sentinels_own_password() {
+    let Some(set) = GuardedSentinel::start() else {
+        return;
+    };
+    let url = format!("rediss+sentinel://127.0.0.1:{}/lockm#job", set.port);
+    let ca = set.pki.file("ca.pem");
+    let run = |args: &[&str], sentinel_pw: Option<&str>| {
+        let mut cmd = lockrun();
+        cmd.args(args)
+            .env("REDISCLI_AUTH", DATA_PW)
+            .env_remove("LOCKRUN_REDIS_PASSWORD")
+            .env_remove("LOCKRUN_REDIS_SENTINEL_PASSWORD");
+        if let Some(pw) = sentinel_pw {
+            cmd.env("LOCKRUN_REDIS_SENTINEL_PASSWORD", pw);
+        }
+        cmd.assert()
+    };
+    // Both passwords, over TLS with the test CA: the command runs.
+    let out = run(
+        &[
+            "--cacert",
+            &ca,
+            &url,
+            "sh",
+            "-c",
+            "echo $LOCKRUN_FENCING_TOKEN",
+        ],
+        Some(SENTINEL_PW),
+    )
+    .success();
+    let token = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert_eq!(token.trim(), "1", "{token}");
+    // No Sentinel password: 69, naming the variable (the data password is
+    // not sent to the Sentinel).
+    let out = run(&["--cacert", &ca, &url, "true"], None).code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("asks for a password: set LOCKRUN_REDIS_SENTINEL_PASSWORD"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(DATA_PW) && !stderr.contains(SENTINEL_PW));
+    // A wrong one: refused, naming where it came from, never what it was.
+    let out = run(&["--cacert", &ca, &url, "true"], Some("wrong-pw-31")).code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("refused the password in $LOCKRUN_REDIS_SENTINEL_PASSWORD"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("wrong-pw-31"), "{stderr}");
+    // Without the CA (the system's roots do not hold it): a TLS failure.
+    let out = run(&[&url, "true"], Some(SENTINEL_PW)).code(69);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("TLS with Sentinel"), "{stderr}");
+    // Plain redis+sentinel:// against a TLS-only Sentinel: 69, and the
+    // TLS files with it are a usage error that names the TLS scheme.
+    let plain = format!("redis+sentinel://127.0.0.1:{}/lockm#job", set.port);
+    run(&[&plain, "true"], Some(SENTINEL_PW)).code(69);
+    let out = run(&["--cacert", &ca, &plain, "true"], Some(SENTINEL_PW)).code(64);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(stderr.contains("rediss+sentinel://"), "{stderr}");
+    // holder reads the key the same way.
+    let out = lockrun()
+        .args(["holder", "--json", "--cacert", &ca, &url])
+        .env("REDISCLI_AUTH", DATA_PW)
+        .env("LOCKRUN_REDIS_SENTINEL_PASSWORD", SENTINEL_PW)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(text.contains("\"state\":\"free\""), "{text}");
+}
+
+/// Found by the fault harness (issue 29, `pause`: a holder stopped 7.1 s
+/// after its primary was SIGSTOPped, TTL 4 s). A stopped primary must cost
+/// the lock at the lease's deadline, not later; the bound is as loose as
+/// `paused_server_stops_the_command`'s (TTL 2 s, under 5 s): TTL 3 s
+/// here, under 4.5 s; the old code took about twice the TTL (2.0 s with
+/// TTL 1 s, 8.2 s with TTL 4 s).
+#[test]
+fn through_sentinel_a_stopped_primary_stops_the_command_at_the_ttl() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    // No failover meanwhile: the primary is only stopped.
+    assert_eq!(
+        set.ask(&[
+            "SENTINEL",
+            "SET",
+            "lockm",
+            "down-after-milliseconds",
+            "60000"
+        ]),
+        "OK"
+    );
+    let url = set.url("stopped");
+    let mut cmd = std_lockrun();
+    cmd.args(["--ttl", "3s", "--kill-grace", "1s", &url, "--"])
+        .args(["sh", "-c", "echo ready $$; exec sleep 1021"])
+        .stderr(Stdio::piped());
+    let mut lockrun = Background::spawn(cmd);
+    let command = lockrun.expect_ready()[0].parse::<i32>().expect("pid");
+    let _guard = SleepGuard(vec![(command, "1021")]);
+    let stopped = Instant::now();
+    set.primary.signal("STOP");
+    let status = lockrun.wait_exit(BOUND);
+    let took = stopped.elapsed();
+    set.primary.signal("CONT");
+    let stderr = stderr_of(&mut lockrun);
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(process_gone(command), "the command was not stopped");
+    assert!(
+        stderr.contains("could not be renewed for its whole TTL (3s)"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_millis(4500),
+        "stopped {took:?} after the primary, TTL 3s: {stderr}"
+    );
+}
+
+/// Found by the fault harness (issue 29, `pause`): a lockrun that reached
+/// the primary just before it was stopped, and was answered once it
+/// resumed, after Sentinel had promoted the replica, took the lock on the
+/// old primary (which still says ROLE master until Sentinel demotes it)
+/// while another holder had it on the new one, with the same token, and
+/// started its command. The acquire is now checked against the primary
+/// Sentinel names after it; this one must wait for the holder.
+#[test]
+fn through_sentinel_an_acquire_answered_by_a_demoted_primary_does_not_count() {
+    let Some(set) = Sentinelled::start() else {
+        return;
+    };
+    let url = set.url("stale");
+    let dir = temp_dir();
+    let log = dir.path().join("log");
+    set.primary.signal("STOP");
+    // A: asks Sentinel, which still names the stopped primary, and waits
+    // for its answer there.
+    let mut a = std_lockrun();
+    a.args(["--ttl", "2s", "-w", "60", &url, "--"])
+        .arg("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo A-start >> {l}; echo A-end >> {l}",
+            l = log.display()
+        ))
+        .stderr(Stdio::piped());
+    let mut a = Background::spawn(a);
+    let replica = set.replica.port.to_string();
+    wait_for("the Sentinel to promote the replica", || {
+        set.primary_port() == replica
+    });
+    wait_for("the replica to be promoted", || {
+        set.replica.cli(&["ROLE"]).starts_with("master")
+    });
+    // B holds the lock on the new primary.
+    let (mut b, _) = Background::lockrun_holding(
+        &["--ttl", "2s"],
+        Path::new(&url),
+        &format!(
+            "echo B-start >> {l}; echo ready; read x; echo B-end >> {l}",
+            l = log.display()
+        ),
+    );
+    // The old primary answers what A sent it before the failover.
+    set.primary.signal("CONT");
+    wait_for("A to be queued behind B on the new primary", || {
+        holder_json(&url)["waiting"] == 1
+    });
+    b.release();
+    assert!(b.wait_exit(BOUND).success(), "{}", b.stderr_text());
+    let status = a.wait_exit(BOUND);
+    let stderr = stderr_of(&mut a);
+    assert!(status.success(), "{status:?}: {stderr}");
+    let order = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        order.lines().collect::<Vec<_>>(),
+        ["B-start", "B-end", "A-start", "A-end"],
+        "{stderr}"
+    );
+}

@@ -41,6 +41,12 @@ HUB = "lrf-hub"
 ETCD_MEMBERS = ["e1", "e2", "e3"]
 ETCD_IP = {"e1": 11, "e2": 12, "e3": 13}
 PG_IP = 20
+# Redis: a primary and its replica (each may become the other after a
+# failover) and one Sentinel, each in its own namespace
+REDIS_NODES = ["r1", "r2"]
+REDIS_IP = {"r1": 31, "r2": 32}
+SENTINEL_IP = 35
+SENTINEL_MASTER = "lrfm"
 CLIENT_IP0 = 101
 PG_BIN = None
 STATE_FILE = "/tmp/lrf-state.json"
@@ -95,6 +101,9 @@ def net_up(nclients):
     for m in ETCD_MEMBERS:
         add_node(m, ETCD_IP[m], ETCD_IP[m])
     add_node("pg", PG_IP)
+    for n in REDIS_NODES:
+        add_node(n, REDIS_IP[n])
+    add_node("s1", SENTINEL_IP)
     for i in range(1, nclients + 1):
         add_node(f"c{i}", CLIENT_IP0 + i - 1)
 
@@ -123,6 +132,81 @@ class Servers:
         self.base = base
         self.etcd = {}  # member -> Popen
         self.pg_dir = os.path.join(base, "pg")
+        self.redis = {}  # node -> Popen
+        self.sentinel = None
+
+    # Redis: r1 starts as the primary, r2 as its replica, s1 watches them.
+    # The primary persists every write (appendonly yes, appendfsync
+    # always: what the guide asks for a token that survives a restart);
+    # each node has a config file, which Sentinel rewrites when it turns a
+    # node into a replica, so a restarted node comes back in its new role.
+    def redis_conf(self, n):
+        return os.path.join(self.base, f"redis-{n}", "redis.conf")
+
+    def redis_init(self, n):
+        d = os.path.join(self.base, f"redis-{n}")
+        os.makedirs(d, exist_ok=True)
+        ip = NET0 + str(REDIS_IP[n])
+        conf = (f"port 6379\nbind {ip}\nprotected-mode no\ndir {d}\nsave \"\"\n"
+                "appendonly yes\nappendfsync always\nenable-debug-command yes\n")
+        if n != "r1":
+            conf += f"replicaof {NET0}{REDIS_IP['r1']} 6379\n"
+        with open(self.redis_conf(n), "w") as f:
+            f.write(conf)
+
+    def redis_start(self, n):
+        out = open(os.path.join(self.base, f"redis-{n}.log"), "ab")
+        self.redis[n] = subprocess.Popen(nsx(n, ["redis-server", self.redis_conf(n)]), stdout=out,
+                                         stderr=out, start_new_session=True)
+
+    def rcli(self, ip, port, *args, timeout=5):
+        return sh(nsx("hub", ["redis-cli", "-h", ip, "-p", str(port)] + list(args)),
+                  check=False, timeout=timeout, quiet=True).stdout.strip()
+
+    def redis_primary(self):
+        """The node Sentinel names as the primary now."""
+        out = self.rcli(NET0 + str(SENTINEL_IP), 26379, "SENTINEL", "get-master-addr-by-name",
+                        SENTINEL_MASTER).split()
+        return next((n for n in REDIS_NODES if out and out[0] == NET0 + str(REDIS_IP[n])), None)
+
+    def redis_role(self, n):
+        return self.rcli(NET0 + str(REDIS_IP[n]), 6379, "ROLE").split("\n")[0]
+
+    def redis_healthy(self):
+        p = self.redis_primary()
+        if not p or self.redis_role(p) != "master":
+            return False
+        r = next(x for x in REDIS_NODES if x != p)
+        info = self.rcli(NET0 + str(REDIS_IP[r]), 6379, "INFO", "replication")
+        seen = self.rcli(NET0 + str(SENTINEL_IP), 26379, "SENTINEL", "replicas", SENTINEL_MASTER)
+        return ("master_link_status:up" in info and f"{NET0}{REDIS_IP[r]}" in seen
+                and "s_down" not in seen and "disconnected" not in seen)
+
+    def redis_up(self):
+        for n in REDIS_NODES:
+            self.redis_init(n)
+            self.redis_start(n)
+        d = os.path.join(self.base, "sentinel")
+        os.makedirs(d, exist_ok=True)
+        conf = os.path.join(d, "sentinel.conf")
+        with open(conf, "w") as f:
+            # down after 3 s: a failover takes about 4-5 s from the kill
+            f.write(f"port 26379\nbind {NET0}{SENTINEL_IP}\nprotected-mode no\ndir {d}\n"
+                    f"sentinel monitor {SENTINEL_MASTER} {NET0}{REDIS_IP['r1']} 6379 1\n"
+                    f"sentinel down-after-milliseconds {SENTINEL_MASTER} 3000\n"
+                    f"sentinel failover-timeout {SENTINEL_MASTER} 10000\n")
+        out = open(os.path.join(self.base, "sentinel.log"), "ab")
+        self.sentinel = subprocess.Popen(nsx("s1", ["redis-sentinel", conf]), stdout=out, stderr=out,
+                                         start_new_session=True)
+        self.wait(self.redis_healthy, 60, "redis primary, replica and sentinel")
+
+    def redis_ensure(self):
+        for n, p in list(self.redis.items()):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+            else:
+                self.redis_start(n)
+        self.wait(self.redis_healthy, 90, "redis healthy again")
 
     # etcd
     def etcd_cmd(self, m, state="new"):
@@ -252,6 +336,11 @@ class Servers:
         raise RuntimeError("timed out waiting for " + what)
 
     def stop_all(self):
+        for p in list(self.redis.values()) + ([self.sentinel] if self.sentinel else []):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait()
         for m, p in self.etcd.items():
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGCONT)
@@ -463,6 +552,26 @@ FAULTS = {
         "latency2000": dict(loss_ok=False, overlap_ok=False, ttl=30, proxy=(1000, 0)),
         "loss20": dict(loss_ok=False, overlap_ok=False, ttl=10, proxy=(20, 0.2)),
     },
+    # Redis through Sentinel (redis+sentinel://). Sentinel calls the
+    # primary down after 3 s, so a stop longer than that is a failover too.
+    "redis": {
+        "cut": dict(loss_ok=True, overlap_ok=False, ttl=4, hold=12),
+        # the holder's lockrun, watchdog and command stopped past the TTL:
+        # the key expires, the next holder runs, the resumed command runs
+        # on until its lockrun stops it (the documented window, as etcd's)
+        "client-pause": dict(loss_ok=True, overlap_ok=True, ttl=4, hold=12),
+        # SIGSTOP of the primary for 2xTTL: Sentinel fails over meanwhile
+        "pause": dict(loss_ok=True, overlap_ok=False, ttl=4, hold=12),
+        # SIGKILL of the primary, started again at once (its AOF, fsynced
+        # always, keeps the counter): no failover
+        "restart": dict(loss_ok=True, overlap_ok=False, ttl=4, hold=8),
+        # SIGKILL of the primary, Sentinel promotes the replica, the old
+        # primary started again 8 s later (it comes back as a replica)
+        "failover": dict(loss_ok=True, overlap_ok=False, ttl=4, hold=8),
+        # SENTINEL FAILOVER: the primary demoted and the replica promoted
+        # while both run: nothing is lost, so no 76
+        "sentinel-failover": dict(loss_ok=False, overlap_ok=False, ttl=4, hold=8),
+    },
 }
 
 # The window the guide allows two holders in, beyond the fault's own:
@@ -536,6 +645,8 @@ def run_one(srv, backend, fault, rep, a, variant):
         if backend == "etcd":
             eps = targets if proxy else endpoints
             url = "etcd://" + ",".join(eps) + "/lrf/" + name
+        elif backend == "redis":
+            url = f"redis+sentinel://{NET0}{SENTINEL_IP}:26379/{SENTINEL_MASTER}#{name}"
         else:
             host = "127.0.0.1:25432" if proxy else f"{NET0}{PG_IP}:5432"
             url = f"postgres://postgres@{host}/postgres#{name}"
@@ -580,7 +691,30 @@ def run_one(srv, backend, fault, rep, a, variant):
             time.sleep(fault_len)
             cut(hc, False)
             ev("heal")
-        elif fault == "pause":
+        elif backend == "redis" and fault == "pause":
+            node = srv.redis_primary() or "r1"
+            pid = srv.redis[node].pid
+            ev("fault", fault=fault, target=node)
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(fault_len)
+            os.kill(pid, signal.SIGCONT)
+            ev("heal")
+        elif backend == "redis" and fault in ("restart", "failover", "sentinel-failover"):
+            node = srv.redis_primary() or "r1"
+            ev("fault", fault=fault, target=node)
+            if fault == "sentinel-failover":
+                srv.rcli(NET0 + str(SENTINEL_IP), 26379, "SENTINEL", "FAILOVER", SENTINEL_MASTER)
+            else:
+                srv.redis[node].kill()
+                srv.redis[node].wait()
+                if fault == "failover":
+                    other = next(x for x in REDIS_NODES if x != node)
+                    srv.wait(lambda: srv.redis_primary() == other, 30, "sentinel to promote " + other)
+                    ev("promoted", node=other)
+                    time.sleep(3)
+                srv.redis_start(node)
+            ev("heal")
+        elif fault in ("pause", "client-pause"):
             lp = int(open(os.path.join(d, hc + ".pid")).read())
             pids = [lp] + descendants(lp)
             ev("fault", fault=fault, target=hc, pids=pids)
@@ -689,6 +823,8 @@ def run_one(srv, backend, fault, rep, a, variant):
                 if p.poll() is None:
                     os.kill(p.pid, signal.SIGCONT)
             srv.etcd_restart_dead()
+        elif backend == "redis":
+            srv.redis_ensure()
         else:
             srv.pg_ensure()
     return check_run(d)
@@ -906,6 +1042,8 @@ def suite_main(a):
             srv.etcd_up()
         if "pg" in backends:
             srv.pg_up()
+        if "redis" in backends:
+            srv.redis_up()
         for b in backends:
             faults = list(FAULTS[b]) if a.faults == "all" else a.faults.split(",")
             for rep in range(1, a.reps + 1):

@@ -34,7 +34,7 @@ if held or ahead > 0 then
   return {4, ahead}
 end
 local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], with_token(token, ARGV[1]), 'PX', ARGV[2])
+redis.call('SET', KEYS[1], with_token(token, ARGV[3], ARGV[1]), 'PX', ARGV[2])
 leave(KEYS[4], ARGV[5], ARGV[3])
 return {1, token}
 "#;
@@ -73,10 +73,11 @@ local function leave(queue, prefix, me)
 end
 "#;
 
-/// The key's value: the record with the token as its first field.
+/// The key's value: the record with the token as its first field and the
+/// holder's id second (`super::value_with_token`, which this mirrors).
 const WITH_TOKEN: &str = r#"
-local function with_token(token, body)
-  local head = '{"fencing_token":' .. string.format('%d', token)
+local function with_token(token, owner, body)
+  local head = '{"fencing_token":' .. string.format('%d', token) .. ',"owner":"' .. owner .. '"'
   if string.len(body) > 2 then
     return head .. ',' .. string.sub(body, 2)
   end
@@ -112,7 +113,7 @@ end
 if #free > ahead then
   local i = free[1]
   local token = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[i], with_token(token, ARGV[1]), 'PX', ARGV[2])
+  redis.call('SET', KEYS[i], with_token(token, ARGV[4], ARGV[1]), 'PX', ARGV[2])
   if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
   end
@@ -125,8 +126,8 @@ return {0, soonest}
 "#;
 
 /// The part every script that acts on a held key starts with: 0 when the
-/// key is gone, -1 when it is not ours (another token, another type).
-/// ARGV[1] is our token.
+/// key is gone, -1 when it is not ours (another token or another owner,
+/// another type). ARGV[1] is our mark (`super::mark`: token and id).
 const OURS: &str = r#"
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then return 0 end
@@ -184,8 +185,9 @@ pub enum Ours {
 
 /// One attempt's answer.
 pub enum Attempt {
-    /// The token, and with `--slots` the slot.
-    Acquired(i64, Option<u16>),
+    /// The token, and with `--slots` the slot, and whether a replica has
+    /// it.
+    Acquired(i64, Option<u16>, Replicated),
     /// Held by the key's value (empty with `--slots`), for this many ms
     /// yet (-1: no expiry).
     Held { value: Vec<u8>, pttl: i64 },
@@ -195,6 +197,70 @@ pub enum Attempt {
     Plain(Vec<u8>),
     /// Free, but this many live waiters were queued first.
     Queued(i64),
+    /// Taken on a primary that Sentinel no longer names (a failover
+    /// happened while the acquire was on its way) and let go again: try
+    /// again on the one it names now.
+    Stale,
+}
+
+/// Whether the acquire (the token's `INCR`, the key) reached a replica
+/// before the command starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replicated {
+    /// The primary has no replica connected (or `LOCKRUN_REDIS_WAIT=0`):
+    /// nothing to wait for.
+    NoReplica,
+    /// `WAIT 1` answered: this many replicas acknowledged it.
+    Acked(i64),
+    /// None of the `connected` replicas acknowledged it within the wait:
+    /// a failover now could hand the token out again.
+    NotAcked { connected: i64, waited: Duration },
+    /// `ROLE` or `WAIT` failed (a user without the right to them, the
+    /// connection broken): the lock is ours, but whether a replica has it
+    /// is unknown. Not a failed acquire: the key is set, and failing here
+    /// would leave it held for a TTL by nobody.
+    Unknown(String),
+}
+
+/// How long the acquire waits for a replica: long enough for a replica
+/// in the same region (a few round trips), short against the lease.
+pub fn replica_wait(ttl: Duration) -> Duration {
+    (ttl / 4).min(Duration::from_secs(1))
+}
+
+/// After an acquire: when the primary has replicas connected (`ROLE`),
+/// `WAIT 1` on the same connection, so that the write is on a replica
+/// before the command runs. Replication is asynchronous, so without it a
+/// failover right after the acquire (the primary's host dying, Sentinel
+/// promoting a replica that had not yet read the `INCR`) hands the same
+/// token to the next holder; `bench/faults/wait.py` measured it (see
+/// docs/LOCK-URLS.md). It narrows the window, it does not close it: a
+/// replica that acknowledged can still lose the write to its own crash.
+fn replicate(con: &mut redis::Connection, ttl: Duration) -> redis::RedisResult<Replicated> {
+    let waited = replica_wait(ttl);
+    // Both calls within the lease's first half: the lease counts from
+    // the acquire, and a primary that stops answering here must not hold
+    // the command's start past it.
+    set_deadline(con, Instant::now() + waited);
+    let role: Vec<Value> = redis::cmd("ROLE").query(con)?;
+    let connected = match role.as_slice() {
+        [kind, _, Value::Array(replicas)] if bytes(kind).as_deref() == Some(b"master") => {
+            i64::try_from(replicas.len()).unwrap_or(i64::MAX)
+        }
+        _ => 0,
+    };
+    if connected == 0 {
+        return Ok(Replicated::NoReplica);
+    }
+    // WAIT blocks on the server for up to its timeout: the socket's
+    // deadline must outlast it, a little.
+    set_deadline(con, Instant::now() + waited + waited / 2);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(millis(waited)).query(con)?;
+    Ok(if acked > 0 {
+        Replicated::Acked(acked)
+    } else {
+        Replicated::NotAcked { connected, waited }
+    })
 }
 
 /// The scripts, hashed once (EVALSHA, loaded on the first NOSCRIPT).
@@ -273,11 +339,75 @@ pub fn explain(url: &RedisUrl, e: &redis::RedisError) -> String {
 /// A connection to `url`'s server, within `timeout`, its calls bounded by
 /// `CALL_TIMEOUT` until told otherwise.
 pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, String> {
+    connect_at(url, timeout).map(|(con, _)| con)
+}
+
+/// `connect`, and the address it connected to (through Sentinel: the
+/// primary it named), for `attempt` to check after an acquire.
+pub fn connect_at(
+    url: &RedisUrl,
+    timeout: Duration,
+) -> Result<(redis::Connection, (String, u16)), String> {
     let until = Instant::now() + timeout;
     let (host, port) = match &url.sentinel {
-        Some(sentinel) => primary(sentinel, until)?,
+        Some(sentinel) => primary(url, sentinel, until)?,
         None => (url.host.clone(), url.port),
     };
+    let mut redis = RedisConnectionInfo::default().set_db(url.db);
+    if let Some(user) = &url.user {
+        redis = redis.set_username(user);
+    }
+    if let Some(password) = &url.password {
+        redis = redis.set_password(&password.value);
+    }
+    let left = until.saturating_duration_since(Instant::now());
+    let at = (host.clone(), port);
+    let con = open(url, (host, port), redis, left).map_err(|e| match e {
+        Opened::Tls(e) => format!(
+            "TLS with Redis at {} failed (does it serve TLS on that port, and does --cacert, or else the system's roots, hold the CA that signed its certificate for this host name?): {e}",
+            url.address()
+        ),
+        Opened::Other(e) => explain(url, &e),
+    })?;
+    if url.sentinel.is_some() {
+        // What a Sentinel said may be a moment old (a failover under
+        // way): only the primary itself can say it is one. Asked within
+        // the connect's own deadline: a renewal connects this way, and a
+        // stopped primary (which still completes the TCP handshake: the
+        // kernel does) held it for a whole CALL_TIMEOUT past the lease
+        // (found by the fault harness's `pause`: 76 after 2×TTL).
+        set_deadline(&con, until);
+        let mut con = con;
+        let role: Vec<Value> = redis::cmd("ROLE")
+            .query(&mut con)
+            .map_err(|e| explain(url, &e))?;
+        set_deadline(&con, Instant::now() + CALL_TIMEOUT);
+        return match role.first().and_then(bytes).as_deref() {
+            Some(b"master") => Ok((con, at)),
+            _ => Err(format!(
+                "{} is not a primary (yet): a failover is under way, or the Sentinels disagree",
+                url.address()
+            )),
+        };
+    }
+    set_deadline(&con, Instant::now() + CALL_TIMEOUT);
+    Ok((con, at))
+}
+
+/// Why `open` failed: TLS (worded by the caller) or anything else.
+enum Opened {
+    Tls(redis::RedisError),
+    Other(redis::RedisError),
+}
+
+/// A connection to HOST:PORT with `url`'s TLS (scheme and files) and the
+/// given user, password and database: a data node or a Sentinel.
+fn open(
+    url: &RedisUrl,
+    (host, port): (String, u16),
+    settings: RedisConnectionInfo,
+    timeout: Duration,
+) -> Result<redis::Connection, Opened> {
     let addr = if url.tls {
         ConnectionAddr::TcpTls {
             host,
@@ -288,75 +418,89 @@ pub fn connect(url: &RedisUrl, timeout: Duration) -> Result<redis::Connection, S
     } else {
         ConnectionAddr::Tcp(host, port)
     };
-    let mut redis = RedisConnectionInfo::default().set_db(url.db);
-    if let Some(user) = &url.user {
-        redis = redis.set_username(user);
-    }
-    if let Some(password) = &url.password {
-        redis = redis.set_password(&password.value);
-    }
+    // redis-rs reads each reply of its set-up pipeline (AUTH, SELECT,
+    // CLIENT SETINFO twice) with the whole time left, so a server that
+    // accepts but does not answer (SIGSTOP: the kernel completes the TCP
+    // handshake) held a connect for several times its timeout: a renewal
+    // then stopped the command at twice the TTL (the fault harness's
+    // `pause`). SETINFO is left out (only a label in CLIENT LIST; Redis
+    // 7.0 refuses it anyway), and the time is shared among the replies.
+    let replies = u32::from(settings.password().is_some()) + u32::from(settings.db() != 0);
+    let settings = settings.set_skip_set_lib_name();
     let info = redis::IntoConnectionInfo::into_connection_info(addr)
-        .map(|info: ConnectionInfo| info.set_redis_settings(redis))
-        .map_err(|e| explain(url, &e))?;
+        .map(|info: ConnectionInfo| info.set_redis_settings(settings))
+        .map_err(Opened::Other)?;
     let client = if url.files == super::TlsFiles::default() {
-        redis::Client::open(info)
+        redis::Client::open(info).map_err(Opened::Other)?
     } else {
-        redis::Client::build_with_tls(info, certificates(&url.files)?)
-    }
-    .map_err(|e| explain(url, &e))?;
-    let timeout = timeout.max(Duration::from_millis(10));
-    let con = client.get_connection_with_timeout(timeout).map_err(|e| {
+        let certificates = certificates(&url.files).map_err(|e| {
+            Opened::Other(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "unreadable TLS file",
+                e,
+            )))
+        })?;
+        redis::Client::build_with_tls(info, certificates).map_err(Opened::Other)?
+    };
+    let timeout = (timeout / replies.max(1)).max(Duration::from_millis(10));
+    let until = Instant::now() + timeout;
+    let tls_failure = |e: redis::RedisError| {
         if url.tls && (e.is_io_error() || e.kind() == redis::ErrorKind::InvalidClientConfig) {
-            format!(
-                "TLS with Redis at {} failed (does it serve TLS on that port, and does --cacert, or else the system's roots, hold the CA that signed its certificate for this host name?): {e}",
-                url.address()
-            )
+            Opened::Tls(e)
         } else {
-            explain(url, &e)
+            Opened::Other(e)
         }
-    })?;
-    set_deadline(&con, Instant::now() + CALL_TIMEOUT);
-    if url.sentinel.is_some() {
-        // What a Sentinel said may be a moment old (a failover under
-        // way): only the primary itself can say it is one.
-        let mut con = con;
-        let role: Vec<Value> = redis::cmd("ROLE")
-            .query(&mut con)
-            .map_err(|e| explain(url, &e))?;
-        return match role.first().and_then(bytes).as_deref() {
-            Some(b"master") => Ok(con),
-            _ => Err(format!(
-                "{} is not a primary (yet): a failover is under way, or the Sentinels disagree",
-                url.address()
-            )),
-        };
+    };
+    let mut con = client
+        .get_connection_with_timeout(timeout)
+        .map_err(tls_failure)?;
+    if url.tls {
+        // The TLS handshake happens at the first exchange, which the
+        // set-up pipeline no longer makes without a password: a PING
+        // here, so that a certificate refused is said to be TLS's.
+        set_deadline(&con, until);
+        redis::cmd("PING")
+            .query::<()>(&mut con)
+            .map_err(tls_failure)?;
     }
     Ok(con)
 }
 
-/// The primary's address, from the first Sentinel that knows it.
-fn primary(sentinel: &super::Sentinel, until: Instant) -> Result<(String, u16), String> {
+/// The primary's address, from the first Sentinel that knows it; over
+/// TLS with `rediss+sentinel://`, with the Sentinels' own password.
+fn primary(
+    url: &RedisUrl,
+    sentinel: &super::Sentinel,
+    until: Instant,
+) -> Result<(String, u16), String> {
     let mut why = Vec::new();
+    let mut settings = RedisConnectionInfo::default();
+    if let Some(password) = &sentinel.password {
+        settings = settings.set_password(&password.value);
+    }
     for (host, port) in &sentinel.addrs {
-        let asked = (|| {
-            let client = redis::Client::open((host.as_str(), *port))?;
-            let left = until
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(10));
-            let mut con = client.get_connection_with_timeout(left)?;
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(10));
+        let asked = open(url, (host.clone(), *port), settings.clone(), left).and_then(|mut con| {
             set_deadline(&con, Instant::now() + left);
             redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(&sentinel.master)
                 .query::<Option<(String, u16)>>(&mut con)
-        })();
+                .map_err(Opened::Other)
+        });
+        let at = super::join(host, *port);
         match asked {
             Ok(Some(addr)) => return Ok(addr),
             Ok(None) => why.push(format!(
-                "Sentinel {host}:{port} does not know a primary named {}",
+                "Sentinel {at} does not know a primary named {}",
                 sentinel.master
             )),
-            Err(e) => why.push(format!("Sentinel {host}:{port}: {e}")),
+            Err(Opened::Tls(e)) => why.push(format!(
+                "TLS with Sentinel {at} failed (does it serve TLS on that port, and does --cacert, or else the system's roots, hold its CA?): {e}"
+            )),
+            Err(Opened::Other(e)) => why.push(sentinel_error(&at, sentinel, &e)),
         }
     }
     Err(format!(
@@ -364,6 +508,22 @@ fn primary(sentinel: &super::Sentinel, until: Instant) -> Result<(String, u16), 
         sentinel.master,
         why.join("; ")
     ))
+}
+
+/// A Sentinel's refusal, saying which password is meant: the Sentinels'
+/// own, not the data nodes'.
+fn sentinel_error(at: &str, sentinel: &super::Sentinel, e: &redis::RedisError) -> String {
+    let code = e.code().unwrap_or("");
+    let auth = e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(code, "WRONGPASS" | "NOAUTH");
+    match (&sentinel.password, auth) {
+        (None, true) => format!(
+            "Sentinel {at} asks for a password: set {} (the Sentinels' requirepass, not the data nodes' password): {e}",
+            super::SENTINEL_PASSWORD_VAR
+        ),
+        (Some(p), true) => format!("Sentinel {at} refused the password in ${}: {e}", p.var),
+        _ => format!("Sentinel {at}: {e}"),
+    }
 }
 
 /// The PEM files `--cacert`, `--cert` and `--key` name, read without
@@ -435,7 +595,7 @@ pub struct Waiter<'a> {
 /// waiter that does not get it is queued (or stays so, its place kept
 /// alive for a TTL).
 pub fn attempt(
-    con: &mut redis::Connection,
+    (con, at): (&mut redis::Connection, Option<&(String, u16)>),
     scripts: &Scripts,
     (url, waiter): (&RedisUrl, Waiter<'_>),
     (record, slots): (&[u8], Option<u16>),
@@ -482,14 +642,40 @@ pub fn attempt(
                 .and_then(|t| t.parse().ok())
         })
     };
+    let acquired = |con: &mut redis::Connection, token, slot: Option<u16>| {
+        if still_named(url, at) == Some(false) {
+            let place = match (slots, slot) {
+                (Some(n), Some(k)) => Place::Slot { n, k },
+                _ => Place::Plain,
+            };
+            let mark = super::mark(token, waiter.id);
+            let _ = release(con, scripts, (url, place), &mark, None);
+            return Ok(Attempt::Stale);
+        }
+        let replicated = if url.wait_replica {
+            match replicate(con, ttl) {
+                Ok(replicated) => replicated,
+                // An ACL user without ROLE or WAIT: no wait, as documented
+                // (a warning on every run would say nothing new).
+                Err(e) if e.code() == Some("NOPERM") => Replicated::NoReplica,
+                Err(e) => Replicated::Unknown(explain(url, &e)),
+            }
+        } else {
+            Replicated::NoReplica
+        };
+        Ok(Attempt::Acquired(token, slot, replicated))
+    };
     match answer.as_slice() {
-        [flag, token] if int(flag) == Some(1) => int(token)
-            .map(|t| Attempt::Acquired(t, None))
-            .ok_or_else(|| malformed("a fencing token that is not a number")),
-        [flag, token, slot] if int(flag) == Some(1) => int(token)
-            .zip(int(slot).and_then(|k| u16::try_from(k).ok()))
-            .map(|(t, k)| Attempt::Acquired(t, Some(k)))
-            .ok_or_else(|| malformed("a fencing token or slot that is not a number")),
+        [flag, token] if int(flag) == Some(1) => match int(token) {
+            Some(t) => acquired(con, t, None),
+            None => Err(malformed("a fencing token that is not a number")),
+        },
+        [flag, token, slot] if int(flag) == Some(1) => {
+            match int(token).zip(int(slot).and_then(|k| u16::try_from(k).ok())) {
+                Some((t, k)) => acquired(con, t, Some(k)),
+                None => Err(malformed("a fencing token or slot that is not a number")),
+            }
+        }
         [flag, value, pttl] if int(flag) == Some(0) => Ok(Attempt::Held {
             value: bytes(value).unwrap_or_default(),
             pttl: int(pttl).unwrap_or(-1),
@@ -507,6 +693,20 @@ pub fn attempt(
         )),
         _ => Err(malformed("the acquire script's answer")),
     }
+}
+
+/// Through Sentinel, after an acquire: whether the Sentinels still name
+/// the primary it was made on (`None`: not through Sentinel, or they
+/// could not be asked). A primary stopped past Sentinel's
+/// `down-after-milliseconds` answers, once resumed, what was sent to it
+/// before the failover, and takes itself for the primary (its ROLE) until
+/// Sentinel demotes it, seconds later: the fault harness's `pause` had a
+/// lockrun take the lock there, with the same token as the holder on the
+/// new primary, and start its command.
+fn still_named(url: &RedisUrl, at: Option<&(String, u16)>) -> Option<bool> {
+    let (sentinel, at) = (url.sentinel.as_ref()?, at?);
+    let now = primary(url, sentinel, Instant::now() + CALL_TIMEOUT).ok()?;
+    Some(now == *at)
 }
 
 fn ours(answer: i64) -> Ours {
@@ -547,13 +747,13 @@ pub fn renew(
     con: &mut redis::Connection,
     scripts: &Scripts,
     (url, place): (&RedisUrl, Place),
-    token: i64,
+    mark: &str,
     ttl: Duration,
     value: Option<&[u8]>,
 ) -> redis::RedisResult<Ours> {
     let mut call = scripts.renew.prepare_invoke();
     call.key(place.key(url))
-        .arg(token)
+        .arg(mark)
         .arg(millis(ttl))
         .arg(value.unwrap_or_default());
     if let Place::Slot { n, .. } = place {
@@ -569,13 +769,13 @@ pub fn release(
     con: &mut redis::Connection,
     scripts: &Scripts,
     (url, place): (&RedisUrl, Place),
-    token: i64,
+    mark: &str,
     last: Option<&[u8]>,
 ) -> redis::RedisResult<Ours> {
     let mut call = scripts.release.prepare_invoke();
     call.key(place.key(url))
         .key(place.last_key(url))
-        .arg(token)
+        .arg(mark)
         .arg(last.unwrap_or_default())
         .arg(url.channel());
     if let Place::Slot { n, .. } = place {

@@ -179,9 +179,11 @@ pub fn look_up(url: &Url) -> Result<crate::inspect::Report, Failure> {
 pub const WORDS: Words = Words {
     url: "redis://[USER@]HOST:PORT[/DB]#NAME",
     help: "\
-redis://[USER@]HOST:PORT[/DB]#NAME (or rediss:// for TLS) takes the lock as a
-Redis key with a renewed lease; the password in REDISCLI_AUTH or
-LOCKRUN_REDIS_PASSWORD, never in the URL.",
+redis://[USER@]HOST:PORT[/DB]#NAME (or rediss:// for TLS; redis+sentinel://
+and rediss+sentinel://HOST:PORT[,...]/MASTER#NAME through Sentinel) takes the
+lock as a Redis key with a renewed lease; the password in REDISCLI_AUTH or
+LOCKRUN_REDIS_PASSWORD (the Sentinels': LOCKRUN_REDIS_SENTINEL_PASSWORD),
+never in the URL.",
     help_exit: "69 Redis unreachable (command not run); 76 Redis lock lost (command stopped)",
     ttl: "redis: the key's lease (PX), at least 500ms; the lock is lost if Redis cannot renew it this long",
     man_description: "\
@@ -195,12 +197,22 @@ key is gone, holds another token, or cannot be renewed for a whole TTL, the
 command and every process it started are sent SIGTERM, then SIGKILL after
 \\fB\\-\\-kill\\-grace\\fR, and lockrun exits 76. The password comes from
 \\fBREDISCLI_AUTH\\fR or \\fBLOCKRUN_REDIS_PASSWORD\\fR; one in the URL is refused.
+\\fBredis+sentinel://\\fR\\fIHOST\\fR\\fB:\\fR\\fIPORT\\fR[\\fB,\\fR...]\\fB/\\fR\\fIMASTER\\fR\\fB#\\fR\\fINAME\\fR
+asks the Sentinels for the primary (\\fBrediss+sentinel://\\fR: over TLS, to the
+Sentinels too). When the primary has replicas, the acquire waits (WAIT 1, at
+most TTL/4 or 1s) for one to have the token before the command starts.
 ",
     man_environment: "",
     man_reads: "\
 .TP
 .B LOCKRUN_REDIS_PASSWORD, REDISCLI_AUTH
 The password for a redis:// URL (the first one set; with \\fIUSER\\fR\\fB@\\fR, that ACL user's).
+.TP
+.B LOCKRUN_REDIS_SENTINEL_PASSWORD
+The Sentinels' own password (their requirepass), for redis+sentinel:// URLs.
+.TP
+.B LOCKRUN_REDIS_WAIT
+\\fB0\\fR: no WAIT for a replica after the acquire.
 ",
     man_exit: "\
 .TP

@@ -40,8 +40,10 @@ type Got = Arc<Mutex<Option<(i64, Option<u16>, Instant)>>>;
 
 pub struct RedisBackend {
     url: RedisUrl,
-    /// The main thread's connection: attempts, the holder's name, undo.
+    /// The main thread's connection: attempts, the holder's name, undo;
+    /// and the address it reached (through Sentinel: the primary named).
     con: Option<redis::Connection>,
+    con_at: Option<(String, u16)>,
     scripts: Scripts,
     /// The record our key carries once it is ours.
     record: Vec<u8>,
@@ -76,19 +78,21 @@ fn unavailable(label: &str, why: &str) -> Failure {
 
 impl RedisBackend {
     pub fn start(opts: &RunOptions, label: &str) -> Result<RedisBackend, Failure> {
-        let con =
-            client::connect(&opts.url, CONNECT_TIMEOUT).map_err(|e| unavailable(label, &e))?;
+        let (con, con_at) =
+            client::connect_at(&opts.url, CONNECT_TIMEOUT).map_err(|e| unavailable(label, &e))?;
         let me = crate::identity::Me::gather();
-        let id = format!(
-            "{}:{}:{}",
+        // The waiters' queue knows us by it, and the key's value carries
+        // it beside the token: what the renewal and release compare.
+        let id = super::owner_id(
             me.host.as_deref().unwrap_or("?"),
             std::process::id(),
-            crate::platform::own_start_time_without_allocating().unwrap_or(0)
+            crate::platform::own_start_time_without_allocating().unwrap_or(0),
         );
         let wake_channel = format!("{}:wake:{id}", opts.url.name);
         Ok(RedisBackend {
             url: opts.url.clone(),
             con: Some(con),
+            con_at: Some(con_at),
             scripts: Scripts::new(),
             record: opts.waiting_record(),
             ttl: opts.ttl,
@@ -116,8 +120,10 @@ impl RedisBackend {
 
     fn connection(&mut self) -> Result<&mut redis::Connection, Failure> {
         if self.con.is_none() {
-            let con = client::connect(&self.url, CONNECT_TIMEOUT).map_err(|e| self.failure(&e))?;
+            let (con, at) =
+                client::connect_at(&self.url, CONNECT_TIMEOUT).map_err(|e| self.failure(&e))?;
             self.con = Some(con);
+            self.con_at = Some(at);
         }
         self.con
             .as_mut()
@@ -164,7 +170,7 @@ impl Contender for RedisBackend {
             queue: false,
         };
         let answer = client::attempt(
-            &mut con,
+            (&mut con, self.con_at.as_ref()),
             &self.scripts,
             (&self.url, waiter),
             (&self.record, self.slots),
@@ -177,7 +183,8 @@ impl Contender for RedisBackend {
         };
         self.con = Some(con);
         match answer {
-            Attempt::Acquired(token, slot) => {
+            Attempt::Acquired(token, slot, replicated) => {
+                warn_unreplicated(&self.label, token, replicated);
                 *self.got.lock().unwrap_or_else(PoisonError::into_inner) =
                     Some((token, slot, sent));
                 Ok(true)
@@ -190,6 +197,14 @@ impl Contender for RedisBackend {
             Attempt::Queued(ahead) => {
                 self.owner = None;
                 self.ahead = Some(ahead);
+                Ok(false)
+            }
+            // Not ours after all (a failover meanwhile): the waiter, or
+            // the conflict's holder, asks the primary named now.
+            Attempt::Stale => {
+                self.con = None;
+                self.owner = None;
+                self.ahead = None;
                 Ok(false)
             }
             Attempt::OtherSlots(theirs) => {
@@ -252,7 +267,8 @@ impl Contender for RedisBackend {
         {
             client::set_deadline(con, Instant::now() + Duration::from_secs(2));
             let place = place_of(self.slots, slot);
-            let _ = client::release(con, &self.scripts, (&self.url, place), token, None);
+            let mark = super::mark(token, &self.id);
+            let _ = client::release(con, &self.scripts, (&self.url, place), &mark, None);
         }
     }
 
@@ -291,8 +307,27 @@ impl Contender for RedisBackend {
     }
 }
 
+/// How long a waiter rides out a server it cannot reach (a restart, a
+/// Sentinel failover, whose `down-after-milliseconds` is 30 s by default)
+/// before it gives up with 69: it was asked to wait, and the lock is
+/// still to be had once the primary is back.
+const OUTAGE_PATIENCE: Duration = Duration::from_secs(60);
+/// How often it tries again meanwhile.
+const OUTAGE_RETRY: Duration = Duration::from_millis(250);
+
+/// Why a waiting session ended without the lock.
+enum Waited {
+    /// For good (a usage error, the wait ended).
+    Final(Failure),
+    /// The server could not be reached or the connection broke: worth
+    /// trying again for a while.
+    Unreachable(String),
+}
+
 /// The waiting thread: its own two connections (one subscribed), attempts
-/// after each wake-up, until the lock is ours or the wait is ended.
+/// after each wake-up, until the lock is ours or the wait is ended; when
+/// the server goes away meanwhile, it connects again (through Sentinel:
+/// to the primary named then) for up to `OUTAGE_PATIENCE`.
 fn wait_and_take(
     (url, waiter): (&RedisUrl, Waiter<'_>),
     (record, slots): (&[u8], Option<u16>),
@@ -300,49 +335,103 @@ fn wait_and_take(
     (got, stop, wake): (&Got, &AtomicBool, &str),
     label: &str,
 ) -> Result<(), Failure> {
-    let fail = |why: String| unavailable(label, &why);
-    let mut sub = client::connect(url, CONNECT_TIMEOUT).map_err(fail)?;
-    let mut con = client::connect(url, CONNECT_TIMEOUT).map_err(fail)?;
     let scripts = Scripts::new();
+    let mut outage: Option<Instant> = None;
+    loop {
+        let why = match wait_connected(
+            (url, waiter),
+            (record, slots),
+            ttl,
+            (got, stop, wake),
+            (label, &scripts, &mut outage),
+        ) {
+            Ok(()) => return Ok(()),
+            Err(Waited::Final(failure)) => return Err(failure),
+            Err(Waited::Unreachable(why)) => why,
+        };
+        let since = *outage.get_or_insert_with(Instant::now);
+        let until = Instant::now() + OUTAGE_RETRY;
+        while !stop.load(SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        if stop.load(SeqCst) || since.elapsed() >= OUTAGE_PATIENCE {
+            let why = if stop.load(SeqCst) {
+                why
+            } else {
+                format!(
+                    "{why} (still, after {} of trying again while waiting)",
+                    display::span(OUTAGE_PATIENCE)
+                )
+            };
+            return Err(unavailable(label, &why));
+        }
+    }
+}
+
+/// One waiting session on fresh connections; `outage` is cleared once an
+/// attempt has been answered.
+fn wait_connected(
+    (url, waiter): (&RedisUrl, Waiter<'_>),
+    (record, slots): (&[u8], Option<u16>),
+    ttl: Duration,
+    (got, stop, wake): (&Got, &AtomicBool, &str),
+    (label, scripts, outage): (&str, &Scripts, &mut Option<Instant>),
+) -> Result<(), Waited> {
+    let lost = |e: &redis::RedisError| Waited::Unreachable(client::explain(url, e));
+    let mut sub = client::connect(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
+    let (mut con, mut at) =
+        client::connect_at(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
     let mut pubsub = sub.as_pubsub();
     pubsub
         .subscribe(&[url.channel().as_str(), wake])
-        .map_err(|e| fail(client::explain(url, &e)))?;
+        .map_err(|e| lost(&e))?;
     loop {
         if stop.load(SeqCst) {
             // Out of the queue at once, not when our place's key expires.
             client::set_deadline(&con, Instant::now() + Duration::from_secs(1));
             let _ = client::leave_queue(&mut con, url, waiter.id);
-            return Err(fail("the wait was ended".to_owned()));
+            return Err(Waited::Final(unavailable(label, "the wait was ended")));
         }
         if url.sentinel.is_some() {
             // The primary as Sentinel names it now, as for a renewal.
-            con = client::connect(url, CONNECT_TIMEOUT).map_err(fail)?;
+            (con, at) = client::connect_at(url, CONNECT_TIMEOUT).map_err(Waited::Unreachable)?;
         }
         client::set_deadline(&con, Instant::now() + client::CALL_TIMEOUT);
         let sent = Instant::now();
-        let pttl = match client::attempt(&mut con, &scripts, (url, waiter), (record, slots), ttl) {
-            Ok(Attempt::Acquired(token, slot)) => {
+        let answer = client::attempt(
+            (&mut con, Some(&at)),
+            scripts,
+            (url, waiter),
+            (record, slots),
+            ttl,
+        );
+        let pttl = match answer {
+            Ok(Attempt::Acquired(token, slot, replicated)) => {
+                warn_unreplicated(label, token, replicated);
                 *got.lock().unwrap_or_else(PoisonError::into_inner) = Some((token, slot, sent));
                 return Ok(());
             }
             Ok(Attempt::Held { pttl, .. }) => pttl,
             // Free, but those queued first take it: until their release.
             Ok(Attempt::Queued(_)) => -1,
+            // Taken on a demoted primary and let go: at once again, on
+            // the primary Sentinel names now.
+            Ok(Attempt::Stale) => continue,
             Ok(Attempt::OtherSlots(theirs)) => {
-                return Err(disagreement(
+                return Err(Waited::Final(disagreement(
                     label,
                     slots,
                     Some(theirs),
                     "another contender",
-                ));
+                )));
             }
             Ok(Attempt::Plain(value)) => {
                 let who = holder_text(Some(&value), &url.name);
-                return Err(disagreement(label, slots, None, &who));
+                return Err(Waited::Final(disagreement(label, slots, None, &who)));
             }
-            Err(e) => return Err(fail(client::explain(url, &e))),
+            Err(e) => return Err(lost(&e)),
         };
+        *outage = None;
         // Until a release message (or our own wake-up), or until the
         // holder's key expires on its own; at least every TTL/3, to keep
         // our place in the queue alive (it lives for a TTL).
@@ -353,12 +442,28 @@ fn wait_and_take(
         .min(ttl / 3);
         pubsub
             .set_read_timeout(Some(sleep.max(Duration::from_millis(1))))
-            .map_err(|e| fail(client::explain(url, &e)))?;
+            .map_err(|e| lost(&e))?;
         match pubsub.get_message() {
             Ok(_) => {}
             Err(e) if e.is_timeout() => {}
-            Err(e) => return Err(fail(client::explain(url, &e))),
+            Err(e) => return Err(lost(&e)),
         }
+    }
+}
+
+/// A primary whose replicas did not acknowledge the acquire: the run goes
+/// on (the lock is ours on the primary), but a person is told that a
+/// failover now could repeat the token.
+fn warn_unreplicated(label: &str, token: i64, replicated: client::Replicated) {
+    match replicated {
+        client::Replicated::NotAcked { connected, waited } => crate::say!(
+            "lockrun: warning: none of the {connected} replica(s) of {label} acknowledged fencing token {token} within {} (WAIT 1): a failover before they catch up could give the same token to another holder; check the replicas' link (INFO replication)",
+            display::span(waited)
+        ),
+        client::Replicated::Unknown(why) => crate::say!(
+            "lockrun: warning: could not learn whether a replica of {label} has fencing token {token} ({why}): a failover now could give it to another holder"
+        ),
+        client::Replicated::NoReplica | client::Replicated::Acked(_) => {}
     }
 }
 
@@ -470,9 +575,10 @@ impl Backend for RedisBackend {
                 display::span(self.ttl)
             );
         }
+        let mark = super::mark(token, &self.id);
         let session = Session::start(
             (self.url.clone(), con),
-            (token, place),
+            (token, mark.clone(), place),
             (sent, self.ttl),
             self.kill_grace,
         );
@@ -481,6 +587,7 @@ impl Backend for RedisBackend {
             session,
             place,
             token,
+            owner: self.id,
             ttl: self.ttl,
             last: None,
         })
@@ -492,6 +599,8 @@ pub struct RedisHeld {
     session: Session,
     place: Place,
     token: i64,
+    /// Our id, beside the token in the key's value.
+    owner: String,
     ttl: Duration,
     /// The record to keep under `NAME:last` at the release.
     last: Option<Vec<u8>>,
@@ -531,7 +640,7 @@ impl Held for RedisHeld {
             fencing_token: None,
             ..record.clone()
         };
-        let value = super::value_with_token(self.token, &record.to_line());
+        let value = super::value_with_token(self.token, &self.owner, &record.to_line());
         if released {
             self.last = Some(value);
         } else {
@@ -578,7 +687,7 @@ impl Held for RedisHeld {
                 &mut con,
                 &Scripts::new(),
                 (&self.url, self.place),
-                self.token,
+                &super::mark(self.token, &self.owner),
                 self.last.as_deref(),
             )
             .map_err(|e| client::explain(&self.url, &e))

@@ -62,8 +62,12 @@ pub fn not_built() -> Failure {
 
 const SCHEME: &str = "redis://";
 const TLS_SCHEME: &str = "rediss://";
-/// Recognised so that it is refused as such, not taken for a file name.
 const SENTINEL_SCHEME: &str = "redis+sentinel://";
+/// Sentinel over TLS: the Sentinels and the primary they name, both with
+/// the same `--cacert`/`--cert`/`--key` (as redis-cli's one `--tls` serves
+/// whichever it connects to).
+const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel://";
+const SCHEMES: [&str; 4] = [SCHEME, TLS_SCHEME, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME];
 const DEFAULT_PORT: u16 = 6379;
 const DEFAULT_SENTINEL_PORT: u16 = 26379;
 const NAME_AFTER_HASH: &str = "write the lock name after '#', as in redis://HOST:6379#NAME";
@@ -72,9 +76,18 @@ const NAME_AFTER_HASH: &str = "write the lock name after '#', as in redis://HOST
 /// which wins.
 pub const PASSWORD_VARS: [&str; 2] = ["LOCKRUN_REDIS_PASSWORD", "REDISCLI_AUTH"];
 
+/// The Sentinels' own password (their `requirepass`), which is not the
+/// data nodes': Sentinel is configured apart (`sentinel auth-pass` is what
+/// it sends the primary), so the data password is never sent to it
+/// unasked.
+pub const SENTINEL_PASSWORD_VAR: &str = "LOCKRUN_REDIS_SENTINEL_PASSWORD";
+
+/// `0` (or `off`): no `WAIT` for a replica after the acquire.
+pub const WAIT_VAR: &str = "LOCKRUN_REDIS_WAIT";
+
 /// Whether a LOCKFILE argument is a Redis lock URL.
 pub fn is_url(arg: &std::ffi::OsStr) -> bool {
-    [SCHEME, TLS_SCHEME, SENTINEL_SCHEME]
+    SCHEMES
         .iter()
         .any(|s| arg.as_encoded_bytes().starts_with(s.as_bytes()))
 }
@@ -107,6 +120,8 @@ pub struct Sentinel {
     pub addrs: Vec<(String, u16)>,
     /// The primary's name as the Sentinels monitor it.
     pub master: String,
+    /// `$LOCKRUN_REDIS_SENTINEL_PASSWORD`, for the Sentinels only.
+    pub password: Option<Password>,
 }
 
 /// A parsed lock URL.
@@ -119,8 +134,13 @@ pub struct RedisUrl {
     /// An ACL user (`USER@`); the default user without one.
     pub user: Option<String>,
     pub password: Option<Password>,
-    /// `rediss://`: TLS, the server's certificate verified.
+    /// `rediss://` (and `rediss+sentinel://`, to the Sentinels too): TLS,
+    /// the server's certificate verified.
     pub tls: bool,
+    /// `WAIT 1` after the acquire when the primary has replicas (unless
+    /// `LOCKRUN_REDIS_WAIT=0`): the token is on a replica before the
+    /// command starts, so a failover right after cannot hand it out again.
+    pub wait_replica: bool,
     pub files: TlsFiles,
     /// `redis+sentinel://`: the primary is asked of these Sentinels (then
     /// `host` and `port` are the first Sentinel's, for messages).
@@ -152,6 +172,8 @@ impl RedisUrl {
             (rest, true, false)
         } else if let Some(rest) = text.strip_prefix(SENTINEL_SCHEME) {
             (rest, false, true)
+        } else if let Some(rest) = text.strip_prefix(SENTINEL_TLS_SCHEME) {
+            (rest, true, true)
         } else {
             let rest = text
                 .strip_prefix(SCHEME)
@@ -206,6 +228,12 @@ impl RedisUrl {
             sentinel = Some(Sentinel {
                 addrs: addrs.clone(),
                 master: master.to_owned(),
+                password: env(SENTINEL_PASSWORD_VAR)
+                    .filter(|v| !v.is_empty())
+                    .map(|value| Password {
+                        var: SENTINEL_PASSWORD_VAR,
+                        value,
+                    }),
             });
             path = db;
             addrs[0].clone()
@@ -235,6 +263,7 @@ impl RedisUrl {
             user,
             password,
             tls,
+            wait_replica: !matches!(env(WAIT_VAR).as_deref(), Some("0" | "off" | "no")),
             files: TlsFiles::default(),
             sentinel,
             name,
@@ -247,16 +276,16 @@ impl RedisUrl {
         if *files == TlsFiles::default() {
             return Ok(self);
         }
-        if self.sentinel.is_some() {
-            return Err(
-                "--cacert, --cert and --key: redis+sentinel:// lock URLs do not take TLS yet"
-                    .into(),
-            );
-        }
         if !self.tls {
+            let (tls_scheme, rest) = match self.text.strip_prefix(SENTINEL_SCHEME) {
+                Some(rest) => (SENTINEL_TLS_SCHEME, rest),
+                None => (
+                    TLS_SCHEME,
+                    self.text.strip_prefix(SCHEME).unwrap_or(&self.text),
+                ),
+            };
             return Err(format!(
-                "--cacert, --cert and --key need TLS: write the lock URL as rediss://{}",
-                self.text.strip_prefix(SCHEME).unwrap_or(&self.text)
+                "--cacert, --cert and --key need TLS: write the lock URL as {tls_scheme}{rest}"
             ));
         }
         match (&files.cert, &files.key) {
@@ -367,7 +396,7 @@ fn host_port_or(text: &str, default_port: u16) -> Option<(String, u16)> {
 /// Where a password sits in a redis:// URL (`redis://USER:PASSWORD@...`),
 /// for main.rs to hide it from `ps` before the URL is refused.
 pub fn password_spans(url: &[u8]) -> Vec<Range<usize>> {
-    let Some(start) = [SCHEME, TLS_SCHEME, SENTINEL_SCHEME]
+    let Some(start) = SCHEMES
         .iter()
         .find(|s| url.starts_with(s.as_bytes()))
         .map(|s| s.len())
@@ -401,10 +430,15 @@ pub fn redact(url: &str) -> String {
 }
 
 /// The key's value: the record with the fencing token as its first field,
-/// so that a script can tell the holder by the value's first bytes.
-pub fn value_with_token(token: i64, record_line: &[u8]) -> Vec<u8> {
+/// so that a script can tell the holder by the value's first bytes, and
+/// the holder's id (`owner`, host:pid:start time) second: a token alone
+/// does not tell two holders apart once a server restarted without its
+/// counter (or failed over to a replica that missed it) hands the same
+/// token out again, and a renewal that compared only the token would then
+/// renew the new holder's key as its own, both running for ever.
+pub fn value_with_token(token: i64, owner: &str, record_line: &[u8]) -> Vec<u8> {
     let body = record_line.trim_ascii();
-    let mut out = format!("{{\"fencing_token\":{token}").into_bytes();
+    let mut out = format!("{{\"fencing_token\":{}", mark(token, owner)).into_bytes();
     match body.strip_prefix(b"{") {
         Some(rest) if rest.trim_ascii() != b"}" && !rest.is_empty() => {
             out.push(b',');
@@ -413,6 +447,29 @@ pub fn value_with_token(token: i64, record_line: &[u8]) -> Vec<u8> {
         _ => out.push(b'}'),
     }
     out
+}
+
+/// What follows `{"fencing_token":` in a holder's value: its token and
+/// its id. The scripts that renew and release compare it.
+pub fn mark(token: i64, owner: &str) -> String {
+    format!("{token},\"owner\":\"{owner}\"")
+}
+
+/// A contender's id (host:pid:start time), with anything that would need
+/// escaping in JSON or a Lua pattern replaced: the scripts compare it
+/// byte for byte.
+pub fn owner_id(host: &str, pid: u32, start: u64) -> String {
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{host}:{pid}:{start}")
 }
 
 /// The fencing token a key's value starts with.
@@ -444,6 +501,44 @@ mod tests {
         assert_eq!(url.address(), "[::1]:6379");
         let url = RedisUrl::parse("redis://h:1/#a#b", &no_env).unwrap();
         assert_eq!(url.name, "a#b");
+        assert!(url.wait_replica);
+    }
+
+    #[test]
+    fn sentinel_over_tls_and_the_sentinels_own_password() {
+        let env = |var: &str| match var {
+            "LOCKRUN_REDIS_SENTINEL_PASSWORD" => Some("sent".to_owned()),
+            "LOCKRUN_REDIS_PASSWORD" => Some("data".to_owned()),
+            "LOCKRUN_REDIS_WAIT" => Some("0".to_owned()),
+            _ => None,
+        };
+        let url = RedisUrl::parse("rediss+sentinel://s1:26380,s2/m/3#x", &env).unwrap();
+        assert!(url.tls && !url.wait_replica);
+        assert_eq!(url.db, 3);
+        let sentinel = url.sentinel.as_ref().unwrap();
+        assert_eq!(sentinel.addrs[1], ("s2".to_owned(), 26379));
+        assert_eq!(
+            sentinel.password.as_ref().map(|p| p.value.as_str()),
+            Some("sent")
+        );
+        assert_eq!(
+            url.password.as_ref().map(|p| p.value.as_str()),
+            Some("data")
+        );
+        let files = TlsFiles {
+            cacert: Some("ca.pem".into()),
+            ..TlsFiles::default()
+        };
+        assert!(url.with_files(&files).is_ok());
+        let plain = RedisUrl::parse("redis+sentinel://s1/m#x", &no_env).unwrap();
+        assert!(plain.sentinel.as_ref().unwrap().password.is_none());
+        let err = plain.with_files(&files).unwrap_err();
+        assert!(err.contains("rediss+sentinel://s1/m#x"), "{err}");
+        assert!(is_url(std::ffi::OsStr::new("rediss+sentinel://s/m#x")));
+        assert_eq!(
+            redact("rediss+sentinel://:pw@s/m#x"),
+            "rediss+sentinel://:***@s/m#x"
+        );
     }
 
     #[test]
@@ -499,10 +594,17 @@ mod tests {
 
     #[test]
     fn the_token_leads_the_value() {
-        let value = value_with_token(17, b"{\"lockrun\":1,\"pid\":4}\n");
-        assert_eq!(value, b"{\"fencing_token\":17,\"lockrun\":1,\"pid\":4}");
+        let value = value_with_token(17, "h:4:9", b"{\"lockrun\":1,\"pid\":4}\n");
+        assert_eq!(
+            value,
+            b"{\"fencing_token\":17,\"owner\":\"h:4:9\",\"lockrun\":1,\"pid\":4}"
+        );
         assert_eq!(token_of(&value), Some(17));
-        assert_eq!(value_with_token(3, b""), b"{\"fencing_token\":3}");
+        assert_eq!(
+            value_with_token(3, "h:4:9", b""),
+            b"{\"fencing_token\":3,\"owner\":\"h:4:9\"}"
+        );
+        assert_eq!(owner_id("a\"b\\c d.e", 7, 8), "a_b_c_d.e:7:8");
         assert_eq!(token_of(b"{\"fencing_token\":3}"), Some(3));
         assert_eq!(token_of(b"something else"), None);
         let record = crate::record::Record::parse(&value).unwrap();

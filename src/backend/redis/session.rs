@@ -76,7 +76,7 @@ impl Session {
     /// set by a call sent at `sent` with `ttl`.
     pub fn start(
         (url, con): (RedisUrl, redis::Connection),
-        (token, place): (i64, Place),
+        (token, mark, place): (i64, String, Place),
         (sent, ttl): (Instant, Duration),
         grace: Duration,
     ) -> Session {
@@ -95,7 +95,7 @@ impl Session {
         let thread = crate::platform::with_signals_blocked(|| {
             std::thread::Builder::new()
                 .name("redis-lease".into())
-                .spawn(move || keep_alive(&inner, (&url, place), token, ttl, grace))
+                .spawn(move || keep_alive(&inner, (&url, place), (token, &mark), ttl, grace))
         })
         .ok();
         if thread.is_none() {
@@ -156,7 +156,7 @@ impl Session {
 fn keep_alive(
     shared: &Shared,
     (url, place): (&RedisUrl, Place),
-    token: i64,
+    (token, mark): (i64, &str),
     ttl: Duration,
     grace: Duration,
 ) {
@@ -192,7 +192,7 @@ fn keep_alive(
             con,
             (url, place),
             &scripts,
-            token,
+            mark,
             ttl,
             store.as_deref(),
             deadline,
@@ -221,7 +221,7 @@ fn keep_alive(
             }
             Ok((_, Ours::Other)) => {
                 let reason = format!(
-                    "the lock key {} no longer holds our fencing token {token} (it was overwritten, or expired and taken by another holder)",
+                    "the lock key {} no longer holds our fencing token {token} with our id (it was overwritten, or expired and taken by another holder, perhaps with the same token from a server that lost its counter)",
                     crate::display::escape(&place.key(url))
                 );
                 return enforce(shared, state, reason, grace, false);
@@ -250,7 +250,7 @@ fn renew_once(
     con: Option<redis::Connection>,
     (url, place): (&RedisUrl, Place),
     scripts: &Scripts,
-    token: i64,
+    mark: &str,
     ttl: Duration,
     store: Option<&[u8]>,
     deadline: Instant,
@@ -265,7 +265,7 @@ fn renew_once(
         None => client::connect(url, deadline.saturating_duration_since(Instant::now()))?,
     };
     client::set_deadline(&con, deadline);
-    match client::renew(&mut con, scripts, (url, place), token, ttl, store) {
+    match client::renew(&mut con, scripts, (url, place), mark, ttl, store) {
         Ok(ours) => Ok((con, ours)),
         // Dropped: an answer arriving late must not be read as the next.
         Err(e) => Err(client::explain(url, &e)),
