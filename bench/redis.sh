@@ -145,3 +145,15 @@ if [ -n "$FREDLOCK" ]; then
   sort -n "$dir/fred-handoffs" | awk '{a[NR]=$1} END {
     printf "p50 %.2f  p90 %.2f  max %.2f\n", a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
 fi
+
+# The floor (bench/floors/README.md): Redis's own release -> wake-up, a
+# script's DEL + PUBLISH to a subscriber's message, nothing of lockrun.
+if floor=$(cd "$ROOT" && cargo build --release --locked --quiet --features redis --example floor-redis \
+    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*floor-redis\)".*/\1/p' | tail -1) \
+  && [ -x "$floor" ]; then
+  echo "# handoff floor (DEL+PUBLISH -> subscriber), $HANDOFFS reps (ms)"
+  "$floor" "redis://127.0.0.1:$port" "$HANDOFFS" | tail -1 | awk '{
+    printf "p50 %.3f  p90 %.3f\n", $2/1000, $4/1000 }'
+else
+  echo "# floor: examples/floor-redis.rs did not build"
+fi
