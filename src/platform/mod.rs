@@ -48,7 +48,7 @@ pub use host::{
 };
 #[cfg(unix)]
 pub use small_files::{
-    create_new, open_without_waiting, permission_bits, same_file, send_datagram,
+    create_new, file_id, open_without_waiting, permission_bits, same_file, send_datagram,
     set_permission_bits,
 };
 

@@ -17,7 +17,8 @@ pub fn open_without_waiting(path: &Path, create: bool) -> io::Result<File> {
         .create(create)
         .truncate(false)
         .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+        // A terminal named by mistake does not become ours.
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
 }
 
@@ -35,6 +36,11 @@ pub fn create_new(path: &Path) -> io::Result<File> {
 /// Whether two answers of stat name the same file (device and inode).
 pub fn same_file(a: &Metadata, b: &Metadata) -> bool {
     a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// Where a file is: its device and inode, as stat gives them.
+pub fn file_id(meta: &Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
 }
 
 /// A file's permission bits, to give its replacement the same.

@@ -27,10 +27,9 @@ pub fn held_by(lock: &LockFile) -> Option<String> {
 /// opened to read (never created, never a FIFO), as `holder` opens one;
 /// a flock(2) lock on the whole file, as a slot's is.
 pub fn held_by_path(path: &std::path::Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
     let file = super::lock::open_to_read(path).ok()??;
     let meta = file.metadata().ok()?;
-    held_by_file(&file, (meta.dev(), meta.ino()), LockKind::Flock)
+    held_by_file(&file, crate::platform::file_id(&meta), LockKind::Flock)
 }
 
 fn held_by_file(file: &std::fs::File, identity: (u64, u64), kind: LockKind) -> Option<String> {
@@ -265,13 +264,12 @@ fn command_of(pid: i32) -> String {
 /// `lockrun holder PATH` for the file really locked: in fd mode the label is
 /// "descriptor 9", and the file is the one behind it.
 fn holder_command(lock: &LockFile, label: &str) -> String {
-    use std::os::fd::AsFd;
-    use std::os::unix::fs::MetadataExt;
+    use crate::platform::AsFd;
     let same_file = |path: &std::path::Path| {
         let (Ok(named), Ok(ours)) = (std::fs::metadata(path), lock.file().metadata()) else {
             return false;
         };
-        named.dev() == ours.dev() && named.ino() == ours.ino()
+        crate::platform::same_file(&named, &ours)
     };
     if same_file(lock.path()) {
         return format!("lockrun holder {label}");

@@ -14,7 +14,6 @@ use crate::platform::{self, FdHolder, KernelLock, LockSpan};
 use crate::record::{self, Record};
 use std::fs::{self, TryLockError};
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// `holder` and `check` on a lock file; `probe` (`check --probe`) tries
@@ -57,7 +56,10 @@ pub(crate) fn inspect_in(
             .into_iter()
             .flatten()
             .filter_map(|pid| i32::try_from(pid).ok())
-            .map(|pid| platform::process_holds(pid, meta.dev(), meta.ino()));
+            .map(|pid| {
+                let (dev, ino) = platform::file_id(&meta);
+                platform::process_holds(pid, dev, ino)
+            });
         let (mut holds, mut hidden) = (false, false);
         for answer in looked {
             match answer {
@@ -234,7 +236,7 @@ pub(crate) fn inspect_with(
             ));
         }
     };
-    let (dev, ino) = (meta.dev(), meta.ino());
+    let (dev, ino) = platform::file_id(&meta);
     if meta.is_file()
         && let Some(report) = slots::inspect_slots(path, dev, ino, want_holders, look)?
     {
@@ -525,7 +527,7 @@ fn read_record(path: &Path, dev: u64, ino: u64) -> io::Result<Option<Record>> {
         return Ok(None);
     };
     let meta = file.metadata()?;
-    if !meta.is_file() || meta.dev() != dev || meta.ino() != ino {
+    if !meta.is_file() || platform::file_id(&meta) != (dev, ino) {
         return Ok(None);
     }
     Ok(Record::parse(&record::read_content(&file)?))

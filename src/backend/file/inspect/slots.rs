@@ -8,9 +8,6 @@ use super::{Look, Report, State, holders, inspect_with};
 use crate::exit_codes::Failure;
 use crate::platform::{FdHolder, KernelLock};
 use crate::record::{self, SlotsHeader};
-use rustix::fs::{Mode, OFlags};
-use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The report on `path` with a report per slot, or `None` when `path`
@@ -49,7 +46,8 @@ pub fn inspect_slots(
         .iter()
         .filter_map(|slot| {
             let meta = std::fs::metadata(slot).ok()?;
-            let slot_id = look.lock_id_at(slot, meta.dev(), meta.ino());
+            let (dev, ino) = crate::platform::file_id(&meta);
+            let slot_id = look.lock_id_at(slot, dev, ino);
             look.kernel_locks(slot_id).ok()
         })
         .flat_map(|t| t.locks.into_iter().filter(|l| l.waiting).map(|l| l.pid))
@@ -104,15 +102,9 @@ pub fn inspect_slots(
 fn read_header(path: &Path, dev: u64, ino: u64) -> Option<SlotsHeader> {
     // As `read_record`: never blocks on a FIFO, and reads the very file
     // that was examined.
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let file = File::from(fd);
+    let file = crate::platform::open_without_waiting(path, false).ok()?;
     let meta = file.metadata().ok()?;
-    if !meta.is_file() || meta.dev() != dev || meta.ino() != ino {
+    if !meta.is_file() || crate::platform::file_id(&meta) != (dev, ino) {
         return None;
     }
     SlotsHeader::parse(&record::read_content(&file).ok()?)
