@@ -1,6 +1,9 @@
-//! Lock URLs (issue 8, contract §8): lockrun against a real etcd that each
-//! test starts for itself on loopback, with free ports and its own data
-//! directory. Without the `etcd` binary (Debian: etcd-server) the tests
+//! Lock URLs (issue 8, contract §8): lockrun against a real etcd on
+//! loopback, with free ports and its own data directory (tests/servers):
+//! one the ordinary tests share (`shared()`, each with lock names of its
+//! own), and one of its own for a test that stops, kills or restarts its
+//! server, turns on auth or TLS, counts the server's events or puts a
+//! slow link in front of it. Without the `etcd` binary (Debian: etcd-server) the tests
 //! say so loudly, and fail under CI (LOCKRUN_TEST_REQUIRE_ALL).
 // Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
 // the Windows suite.
@@ -30,7 +33,7 @@ fn stderr_of(bg: &mut Background) -> String {
 
 #[test]
 fn a_holder_killed_with_sigkill_loses_the_lock_when_its_lease_expires() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("crash");
     let (mut holder, words) = Background::lockrun_holding(
         // Long enough that the busy check below surely lands inside it
@@ -109,7 +112,7 @@ fn check_token_is_0_only_for_the_current_holders_token() {
     if !needs("etcdctl", "Debian: apt-get install etcd-client") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("fence");
     let check = |token: &str, url: &str| {
         etcd.lockrun()
@@ -185,7 +188,7 @@ fn a_key_gone_before_the_release_is_76_not_success() {
     if !needs("etcdctl", "Debian: apt-get install etcd-client") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("vanished");
     let mut cmd = std_lockrun();
     // Renewals every 20 s: none comes between the delete and the end.
@@ -212,7 +215,7 @@ fn a_key_gone_before_the_release_is_76_not_success() {
 /// started with the main thread's open mask.
 #[test]
 fn the_clients_threads_never_take_a_signal() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("threads");
     let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
     let mut cmd = etcd.std_lockrun();
@@ -309,7 +312,7 @@ fn etcdctl_lock_and_lockrun_exclude_each_other() {
     if !needs("etcdctl", "Debian: apt-get install etcd-client") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("shared");
     let mut cmd = Command::new("etcdctl");
     cmd.args(["--endpoints", &etcd.endpoint, "lock", "shared"])
@@ -983,7 +986,7 @@ fn a_crowd_of_200_through_4_etcd_slots_never_exceeds_4_and_does_not_stampede() {
 /// duplicate in about one round in thirty there). Counts, not timing.
 #[test]
 fn contenders_that_all_hold_at_once_get_different_slot_numbers() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let script =
         r#"echo "start $$ $LOCKRUN_SLOT" >> "$1"; sleep 0.2; echo "end $$ $LOCKRUN_SLOT" >> "$1""#;
     for round in 0..25 {
@@ -1056,7 +1059,7 @@ fn slot_claims_made_in_many_rounds_on_a_slow_link_all_succeed() {
 
 #[test]
 fn a_different_number_of_etcd_slots_is_a_usage_error_naming_both() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("agree");
     let (mut holder, _) =
         Background::lockrun_holding(&["--slots", "2"], Path::new(&url), "echo ready; read x");
@@ -1108,7 +1111,7 @@ fn a_different_number_of_etcd_slots_is_a_usage_error_naming_both() {
 /// same slot number.
 #[test]
 fn a_slot_holder_killed_with_sigkill_frees_its_slot_when_its_lease_expires() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("kill9");
     let args = ["--slots", "2", "--ttl", "2s"];
     let (mut first, words) = Background::lockrun_holding(
@@ -1182,7 +1185,7 @@ fn a_slot_holder_killed_with_sigkill_frees_its_slot_when_its_lease_expires() {
 
 #[test]
 fn holder_and_check_show_every_etcd_slot() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("jobs/gpu");
     etcd.lockrun().args(["check", &url]).assert().code(1);
     let script = "echo ready $$ $LOCKRUN_SLOT $LOCKRUN_FENCING_TOKEN; read x";
@@ -1383,7 +1386,7 @@ fn holder_and_check_take_the_tls_and_user_options_on_the_command_line() {
 /// slot; `-v` says which slot was taken.
 #[test]
 fn max_time_on_an_etcd_slot_frees_that_slot() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("limited-slots");
     let (mut holder, _) =
         Background::lockrun_holding(&["--slots", "2"], Path::new(&url), "echo ready; read x");
@@ -1424,7 +1427,7 @@ fn max_time_on_an_etcd_slot_frees_that_slot() {
 /// many run as the lock admits, so this fails every time, not by luck.
 #[test]
 fn the_etcd_exclusion_meter_catches_a_lock_that_does_not_exclude() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     meter_run(|| etcd.std_lockrun(), &[], etcd.url("one"), 4, 1).unwrap();
     let overlap = meter_run(
         || etcd.std_lockrun(),
@@ -1460,7 +1463,7 @@ fn fill_etcd_slots(url: &str, n: usize) -> Vec<(Background, Vec<String>)> {
 /// watch's progress probe every 2 s and the lease renewal every TTL/3.
 #[test]
 fn waiters_on_a_full_etcd_slots_lock_use_no_cpu() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("idle");
     let mut holders = fill_etcd_slots(&url, 2);
     let mut waiters = Crowd(
@@ -1510,7 +1513,7 @@ fn waiters_on_a_full_etcd_slots_lock_use_no_cpu() {
 /// have made the marker and printed).
 #[test]
 fn nonblocking_with_every_etcd_slot_full_is_75_and_runs_nothing() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("full");
     let mut holders = fill_etcd_slots(&url, 2);
     let dir = temp_dir();
@@ -1544,7 +1547,7 @@ fn nonblocking_with_every_etcd_slot_full_is_75_and_runs_nothing() {
 /// the queue.
 #[test]
 fn a_signal_ends_an_etcd_slot_wait_at_the_head_and_in_the_queue() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("sigslots");
     let mut holders = fill_etcd_slots(&url, 2);
     let dir = temp_dir();
@@ -1587,7 +1590,7 @@ fn a_signal_ends_an_etcd_slot_wait_at_the_head_and_in_the_queue() {
 /// holders of different slots at once; a later holder's is larger still.
 #[test]
 fn concurrent_etcd_slot_holders_get_different_fencing_tokens() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("tokens");
     let mut holders = fill_etcd_slots(&url, 3);
     let tokens: Vec<i64> = holders
@@ -1785,7 +1788,7 @@ fn the_status_line_and_verbose_name_the_etcd_holder() {
     if !needs("script", "a pseudo-terminal to test with") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("live");
     let (mut holder, words) =
         Background::lockrun_holding(&[], Path::new(&url), "echo ready $$; read x");
@@ -2098,7 +2101,7 @@ fn lines_in(file: &Path) -> usize {
 /// (the guide: a stop within 1 s), not the TTL's worth (9 s, 90 lines).
 #[test]
 fn a_revoked_lease_stops_the_command_and_its_children_at_once() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let dir = temp_dir();
     let beat = dir.path().join("beat");
     let url = etcd.url("revoked");
@@ -2417,17 +2420,17 @@ fn skip_on(url: &str, ran: &Path) -> (Option<i32>, bool) {
 
 #[test]
 fn skip_if_succeeded_within_goes_by_the_record_kept_under_the_name() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("nightly");
     let dir = temp_dir();
     let ran = dir.path().join("ran");
     // No last record yet: runs.
     assert_eq!(skip_on(&url, &ran), (Some(0), true));
-    let kept = holder_json_with(&etcd, &url)["record"].clone();
+    let kept = holder_json_with(etcd, &url)["record"].clone();
     assert_eq!(kept["exit"]["code"], 0, "{kept}");
     // A success just now: skipped, and the kept record is the same.
     assert_eq!(skip_on(&url, &ran), (Some(0), false));
-    assert_eq!(holder_json_with(&etcd, &url)["record"], kept);
+    assert_eq!(holder_json_with(etcd, &url)["record"], kept);
     // A failure is the last run now: the next one runs.
     lockrun().args([&url, "false"]).assert().code(1);
     assert_eq!(skip_on(&url, &ran), (Some(0), true));
@@ -2459,7 +2462,7 @@ fn skip_if_succeeded_within_goes_by_the_record_kept_under_the_name() {
 /// success under the lock's name and skip.
 #[test]
 fn three_hosts_on_one_etcd_lock_started_at_once_exactly_one_runs() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let own_hosts = rustix::process::geteuid().is_root()
         && Command::new("unshare")
             .args(["--uts", "sh", "-c", "hostname lockrun-test-host"])
@@ -2502,7 +2505,7 @@ fn three_hosts_on_one_etcd_lock_started_at_once_exactly_one_runs() {
     }
     let ran = std::fs::read_to_string(&runs).unwrap();
     assert_eq!(ran.lines().count(), 1, "more than one host ran: {ran}");
-    let record = holder_json_with(&etcd, &url)["record"].clone();
+    let record = holder_json_with(etcd, &url)["record"].clone();
     assert_eq!(record["host"], ran.trim(), "{record}");
     assert_eq!(record["exit"]["code"], 0);
 }
