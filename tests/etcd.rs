@@ -1,6 +1,9 @@
-//! Lock URLs (issue 8, contract §8): lockrun against a real etcd that each
-//! test starts for itself on loopback, with free ports and its own data
-//! directory. Without the `etcd` binary (Debian: etcd-server) the tests
+//! Lock URLs (issue 8, contract §8): lockrun against a real etcd on
+//! loopback, with free ports and its own data directory (tests/servers):
+//! one the ordinary tests share (`shared()`, each with lock names of its
+//! own), and one of its own for a test that stops, kills or restarts its
+//! server, turns on auth or TLS, counts the server's events or puts a
+//! slow link in front of it. Without the `etcd` binary (Debian: etcd-server) the tests
 //! say so loudly, and fail under CI (LOCKRUN_TEST_REQUIRE_ALL).
 // Unix: these spawn sh, read /proc and send signals; tests/windows.rs is
 // the Windows suite.
@@ -8,515 +11,17 @@
 #![cfg(feature = "etcd")]
 
 mod common;
-
-use std::os::unix::process::CommandExt;
+mod servers;
 
 use common::meter::{meter_run, read_meter};
 use common::*;
+use servers::etcd::*;
+use servers::free_port;
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Certificates made for one test with the openssl CLI: a CA, a server
-/// certificate for 127.0.0.1, a client certificate whose CN is `app` (etcd
-/// maps it to the user `app`), and a second CA with a client certificate
-/// of its own that the server does not trust.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn make() -> Option<Pki> {
-        if !needs("openssl", "Debian: apt-get install openssl") {
-            return None;
-        }
-        let pki = Pki { dir: temp_dir() };
-        let d = pki.dir.path();
-        let openssl = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(d)
-                .output()
-                .expect("run openssl");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        std::fs::write(
-            d.join("server.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-        )
-        .expect("ext");
-        std::fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
-        let key = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        for ca in ["ca", "other-ca"] {
-            let (subject, k, pem) = (
-                format!("/CN=lockrun test {ca}"),
-                format!("{ca}.key"),
-                format!("{ca}.pem"),
-            );
-            let mut args = vec!["req", "-x509"];
-            args.extend(key);
-            args.extend(["-keyout", &k, "-out", &pem, "-days", "2", "-subj", &subject]);
-            openssl(&args);
-        }
-        for (name, ca, cn, ext) in [
-            ("server", "ca", "etcd server", "server.ext"),
-            ("client", "ca", "app", "client.ext"),
-            ("rogue", "other-ca", "app", "client.ext"),
-        ] {
-            let (k, csr, pem, subject) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.pem"),
-                format!("/CN={cn}"),
-            );
-            let mut args = vec!["req"];
-            args.extend(key);
-            args.extend(["-keyout", &k, "-out", &csr, "-subj", &subject]);
-            openssl(&args);
-            let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
-            openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                &ca_pem,
-                "-CAkey",
-                &ca_key,
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ]);
-        }
-        Some(pki)
-    }
-
-    fn file(&self, name: &str) -> String {
-        self.dir.path().join(name).display().to_string()
-    }
-}
-
-/// How a test's etcd is set up.
-#[derive(Default)]
-struct Setup<'a> {
-    tls: Option<&'a Pki>,
-    client_cert_auth: bool,
-    extra: Vec<String>,
-    /// A second loopback address member 0 also listens on (same port):
-    /// one the server certificate does not name.
-    also_on: Option<&'a str>,
-}
-
-/// One etcd member, killed on drop.
-struct Member {
-    child: Child,
-    endpoint: String,
-    /// Its `--name`: unique to this test's cluster, so that readiness can
-    /// tell this member from another test's etcd on the same port.
-    name: String,
-    log: std::path::PathBuf,
-    /// To start it again, on the same ports and data.
-    args: Vec<String>,
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        // A member that already exited cannot be continued: no assertion
-        // here (a panic in a destructor during a failed test aborts every
-        // test of the file).
-        // SAFETY: kill(2) on our own unreaped child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A private etcd (one member, or a cluster), with its own data directory.
-struct Etcd {
-    members: Vec<Member>,
-    endpoint: String,
-    scheme: &'static str,
-    /// Variables every lockrun and etcdctl of the test gets (TLS files).
-    env: Vec<(String, String)>,
-    _dir: tempfile::TempDir,
-}
-
-fn spawn_etcd(args: &[String], log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("etcd log");
-    // A process group of its own: tests SIGSTOP a member, and a stopped
-    // process in the harness's own group makes the kernel send SIGHUP to
-    // that whole group (cargo included) as soon as anything in it exits,
-    // when the group is orphaned, as under `setsid` or a CI runner's
-    // session: every test then dies of a hang-up.
-    let child = Command::new("etcd")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .expect("start etcd");
-    // Ahead of the crowd of lockruns and of whatever else runs on the
-    // machine (CI builds beside the suite): a member starved of CPU misses
-    // heartbeats and elections drag on (3.85 s after SIGCONT at load 8 on
-    // 2 cores), which makes a leaderless spell outlast the TTL a test
-    // chose to be longer than it. The servers are the environment under
-    // test, not lockrun: lockrun keeps the ordinary priority. Only root
-    // may raise a priority; others run as before.
-    // SAFETY: setpriority has no memory preconditions.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, child.id(), -10) };
-    child
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// What a member's start came to.
-enum Started {
-    /// It answers, and it is ours.
-    Ready,
-    /// It exited because a port was taken (by another test) before it
-    /// bound it.
-    PortTaken,
-}
-
-impl Etcd {
-    /// `None` (after a loud skip) when etcd is not installed.
-    fn start() -> Option<Etcd> {
-        Etcd::start_with(&Setup::default(), 1)
-    }
-
-    /// `members` members on loopback. A port found free and closed may be
-    /// taken by another test before etcd binds it: then etcd exits saying
-    /// so, and the whole cluster starts again on new ports.
-    fn start_with(setup: &Setup, members: usize) -> Option<Etcd> {
-        if !needs("etcd", "Debian: apt-get install etcd-server")
-            || !needs("etcdctl", "Debian: apt-get install etcd-client")
-        {
-            return None;
-        }
-        for _ in 0..5 {
-            if let Some(etcd) = Etcd::try_start(setup, members) {
-                return Some(etcd);
-            }
-        }
-        panic!("etcd never started: ports taken every time");
-    }
-
-    fn try_start(setup: &Setup, n: usize) -> Option<Etcd> {
-        let dir = temp_dir();
-        // The temp dir's name is unique on this machine: it names this
-        // test's cluster and members, which readiness then checks.
-        let token = dir
-            .path()
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .expect("temp dir name");
-        let scheme = if setup.tls.is_some() { "https" } else { "http" };
-        // Distinct, or etcd refuses the cluster ("has duplicate url"): a
-        // port found free and closed can come back from the next probe.
-        let mut seen = std::collections::BTreeSet::new();
-        let mut distinct = || loop {
-            let port = free_port();
-            if seen.insert(port) {
-                return port;
-            }
-        };
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (distinct(), distinct())).collect();
-        let cluster = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}-{token}=http://127.0.0.1:{peer}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut env = Vec::new();
-        if let Some(pki) = setup.tls {
-            env.push(("LOCKRUN_ETCD_CACERT".to_owned(), pki.file("ca.pem")));
-            if setup.client_cert_auth {
-                env.push(("LOCKRUN_ETCD_CERT".to_owned(), pki.file("client.pem")));
-                env.push(("LOCKRUN_ETCD_KEY".to_owned(), pki.file("client.key")));
-            }
-        }
-        let mut started = Vec::new();
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let client_url = format!("{scheme}://127.0.0.1:{client}");
-            let listen = match setup.also_on {
-                Some(other) if i == 0 => format!("{client_url},{scheme}://{other}:{client}"),
-                _ => client_url.clone(),
-            };
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let log = dir.path().join(format!("etcd{i}.log"));
-            let name = format!("m{i}-{token}");
-            let mut args = vec![
-                format!("--name={name}"),
-                format!("--initial-cluster-token={token}"),
-                format!(
-                    "--data-dir={}",
-                    dir.path().join(format!("data{i}")).display()
-                ),
-                format!("--listen-client-urls={listen}"),
-                format!("--advertise-client-urls={client_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster={cluster}"),
-            ];
-            args.extend(setup.extra.iter().cloned());
-            if let Some(pki) = setup.tls {
-                args.push(format!("--cert-file={}", pki.file("server.pem")));
-                args.push(format!("--key-file={}", pki.file("server.key")));
-                if setup.client_cert_auth {
-                    args.push("--client-cert-auth".into());
-                    args.push(format!("--trusted-ca-file={}", pki.file("ca.pem")));
-                }
-            }
-            started.push(Member {
-                child: spawn_etcd(&args, &log),
-                endpoint: format!("127.0.0.1:{client}"),
-                name,
-                log,
-                args,
-            });
-        }
-        let mut etcd = Etcd {
-            endpoint: started[0].endpoint.clone(),
-            members: started,
-            scheme,
-            env,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + BOUND;
-        for at in 0..n {
-            match etcd.await_member(at, 0, deadline) {
-                Started::Ready => {}
-                Started::PortTaken => return None,
-            }
-        }
-        Some(etcd)
-    }
-
-    /// Waits until member `at` answers as itself: etcdctl's member list,
-    /// asked of its endpoint, names it (its test-unique name) with that
-    /// endpoint, and lockrun can read through it (`check` says free, 1).
-    /// Any etcd on the port would pass lockrun's check alone: another
-    /// test's server that took the port first. `since`: where in its log
-    /// this start began.
-    fn await_member(&mut self, at: usize, since: usize, deadline: Instant) -> Started {
-        let url = format!("etcd://{}/ready", self.members[at].endpoint);
-        loop {
-            if self.answers_as_itself(at) {
-                let mut check = self.std_lockrun();
-                if check
-                    .args(["check", "-q", &url])
-                    .status()
-                    .is_ok_and(|s| s.code() == Some(1))
-                {
-                    return Started::Ready;
-                }
-            }
-            let member = &mut self.members[at];
-            let log = std::fs::read(&member.log).unwrap_or_default();
-            let log = String::from_utf8_lossy(log.get(since..).unwrap_or_default()).into_owned();
-            if let Ok(Some(status)) = member.child.try_wait() {
-                if log.contains("address already in use") {
-                    return Started::PortTaken;
-                }
-                panic!("etcd member {} exited ({status}):\n{log}", member.name);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd member {} did not answer in time:\n{log}",
-                member.name
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Whether the etcd answering on member `at`'s endpoint lists that
-    /// member, by its name, with that endpoint as its client URL.
-    fn answers_as_itself(&self, at: usize) -> bool {
-        let member = &self.members[at];
-        let Ok(out) = self
-            .etcdctl_at(&member.endpoint)
-            .args(["member", "list", "-w", "json"])
-            .output()
-        else {
-            return false;
-        };
-        let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
-            return false;
-        };
-        let url = format!("{}://{}", self.scheme, member.endpoint);
-        list["members"].as_array().is_some_and(|all| {
-            all.iter().any(|m| {
-                m["name"] == member.name.as_str()
-                    && m["clientURLs"]
-                        .as_array()
-                        .is_some_and(|urls| urls.iter().any(|u| *u == url.as_str()))
-            })
-        })
-    }
-
-    fn url(&self, name: &str) -> String {
-        format!("etcd://{}/{name}", self.endpoint)
-    }
-
-    /// A URL naming the members in this order.
-    fn url_via(&self, order: &[usize], name: &str) -> String {
-        let list: Vec<&str> = order
-            .iter()
-            .map(|&i| self.members[i].endpoint.as_str())
-            .collect();
-        format!("etcd://{}/{name}", list.join(","))
-    }
-
-    fn signal(&self, sig: &str) {
-        self.signal_member(0, sig);
-    }
-
-    fn signal_member(&self, at: usize, sig: &str) {
-        kill(self.members[at].child.id() as i32, sig);
-    }
-
-    /// SIGKILL, then the same member again on its ports and data; returns
-    /// once it answers as itself.
-    fn kill_and_restart(&mut self, at: usize) {
-        self.kill_member(at);
-        self.restart_member(at);
-    }
-
-    fn kill_member(&mut self, at: usize) {
-        let member = &mut self.members[at];
-        let _ = member.child.kill();
-        let _ = member.child.wait();
-    }
-
-    /// Starts a killed member again on its own ports. Its ports were free
-    /// while it was down, so another test may have bound one meanwhile
-    /// (a free-port probe, or an etcd about to fail on it): then it
-    /// starts again once the port is free, within the bound.
-    fn restart_member(&mut self, at: usize) {
-        let deadline = Instant::now() + BOUND;
-        loop {
-            let member = &mut self.members[at];
-            let since = std::fs::metadata(&member.log)
-                .map(|m| m.len() as usize)
-                .unwrap_or(0);
-            member.child = spawn_etcd(&member.args, &member.log);
-            match self.await_member(at, since, deadline) {
-                Started::Ready => return,
-                Started::PortTaken => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
-    }
-
-    fn clean(&self, cmd: &mut Command) {
-        for (var, _) in std::env::vars() {
-            if var.starts_with("ETCDCTL_") || var.starts_with("LOCKRUN_ETCD_") {
-                cmd.env_remove(var);
-            }
-        }
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
-    }
-
-    fn std_lockrun(&self) -> Command {
-        let mut cmd = std_lockrun();
-        self.clean(&mut cmd);
-        cmd
-    }
-
-    fn lockrun(&self) -> assert_cmd::Command {
-        assert_cmd::Command::from_std(self.std_lockrun())
-    }
-
-    /// etcdctl (with the TLS files) talking to `endpoint` only.
-    fn etcdctl_at(&self, endpoint: &str) -> Command {
-        let mut cmd = Command::new("etcdctl");
-        self.clean(&mut cmd);
-        cmd.env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}://{endpoint}", self.scheme));
-        for (var, flag) in [
-            ("LOCKRUN_ETCD_CACERT", "--cacert"),
-            ("LOCKRUN_ETCD_CERT", "--cert"),
-            ("LOCKRUN_ETCD_KEY", "--key"),
-        ] {
-            if let Some((_, v)) = self.env.iter().find(|(k, _)| k == var) {
-                cmd.arg(format!("{flag}={v}"));
-            }
-        }
-        cmd
-    }
-
-    /// etcdctl as root (with the TLS files), for setting etcd up.
-    fn etcdctl(&self, args: &[&str]) {
-        self.etcdctl_out(args);
-    }
-
-    fn etcdctl_out(&self, args: &[&str]) -> String {
-        let out = self
-            .etcdctl_at(&self.endpoint)
-            .args(args)
-            .output()
-            .expect("run etcdctl");
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Users and roles: `root` (password rootpw) and `app` (apppw) with
-    /// read-write on the lock name `job` and everything under it.
-    fn enable_auth(&self) {
-        for args in [
-            &["user", "add", "root:rootpw"][..],
-            &["user", "grant-role", "root", "root"],
-            &["role", "add", "lockers"],
-            &[
-                "role",
-                "grant-permission",
-                "lockers",
-                "--prefix=true",
-                "readwrite",
-                "job",
-            ],
-            &["user", "add", "app:apppw"],
-            &["user", "grant-role", "app", "lockers"],
-            &["auth", "enable"],
-        ] {
-            self.etcdctl(args);
-        }
-    }
-
-    fn etcdctl_as_root(&self, args: &[&str]) {
-        let mut all = vec!["--user=root:rootpw"];
-        all.extend(args);
-        self.etcdctl(&all);
-    }
-}
 
 fn stderr_of(bg: &mut Background) -> String {
     let mut text = String::new();
@@ -527,119 +32,8 @@ fn stderr_of(bg: &mut Background) -> String {
 }
 
 #[test]
-fn several_processes_exclude_each_other_and_get_increasing_fencing_tokens() {
-    let Some(etcd) = Etcd::start() else { return };
-    let dir = temp_dir();
-    let counter = dir.path().join("counter");
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&counter, "0\n").expect("write counter");
-    // Read, widen the race window, write: any overlap loses an update.
-    // The meter lines around it (one O_APPEND write each) count how many
-    // ran at once, which a lost update only suggests.
-    let meter = dir.path().join("meter");
-    let body = format!(
-        "echo \"start $$ none\" >> {m}; n=$(cat {c}); echo \"$LOCKRUN_FENCING_TOKEN\" >> {t}; sleep 0.01; echo $((n+1)) > {c}; echo \"end $$ none\" >> {m}",
-        c = counter.display(),
-        t = tokens.display(),
-        m = meter.display()
-    );
-    let (workers, rounds) = (4, 6);
-    let mut running: Vec<Child> = (0..workers)
-        .map(|_| {
-            let script = format!(
-                "i=0; while [ $i -lt {rounds} ]; do \"$0\" \"$1\" sh -c \"$2\" || exit 9; i=$((i+1)); done"
-            );
-            Command::new("sh")
-                .args(["-c", &script, bin(), &etcd.url("counter"), &body])
-                .spawn()
-                .expect("spawn worker")
-        })
-        .collect();
-    for worker in &mut running {
-        let status = wait_child(worker, BOUND * 3);
-        assert!(status.success(), "a worker failed: {status:?}");
-    }
-    let total: usize = std::fs::read_to_string(&counter)
-        .expect("read counter")
-        .trim()
-        .parse()
-        .expect("counter is a number");
-    assert_eq!(
-        total,
-        workers * rounds,
-        "lost updates: the lock did not exclude"
-    );
-    let seen = read_meter(dir.path(), 1);
-    assert_eq!(seen.ended, workers * rounds);
-    assert_eq!(seen.peak, 1, "commands overlapped: {seen:?}");
-    let seen: Vec<i64> = std::fs::read_to_string(&tokens)
-        .expect("read tokens")
-        .lines()
-        .map(|l| l.parse().expect("a fencing token is a number"))
-        .collect();
-    assert_eq!(seen.len(), workers * rounds);
-    assert!(
-        seen.windows(2).all(|w| w[0] < w[1]),
-        "fencing tokens must strictly increase in lock order: {seen:?}"
-    );
-}
-
-#[test]
-fn nonblocking_conflict_names_the_remote_holder() {
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("busy");
-    let (mut holder, words) =
-        Background::lockrun_holding(&[], Path::new(&url), "echo ready $$; read x");
-    let pid = &words[0];
-    let out = lockrun().args(["-n", &url, "true"]).assert().code(75);
-    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
-    assert!(
-        stderr.starts_with(&format!("lockrun: {url} is held by pid {pid} (sh -c")),
-        "{stderr}"
-    );
-    lockrun()
-        .args(["-n", "-E", "3", &url, "true"])
-        .assert()
-        .code(3);
-    lockrun()
-        .args(["-n", "-q", &url, "true"])
-        .assert()
-        .code(75)
-        .stderr("");
-    holder.release();
-    assert!(holder.wait_exit(BOUND).success());
-    lockrun().args(["-n", &url, "true"]).assert().success();
-}
-
-#[test]
-fn a_timed_out_waiter_gives_up_and_leaves_no_key_behind() {
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("slow");
-    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
-    let started = Instant::now();
-    let out = lockrun()
-        .args(["-w", "0.5", &url, "true"])
-        .assert()
-        .code(75);
-    // On time: not before the deadline, and not the seconds late that an
-    // uninterruptible wait in etcd would make it (a bound, well above a
-    // loaded machine's start-up and revoke, well below that lateness).
-    let took = started.elapsed();
-    assert!(took >= Duration::from_millis(500), "{took:?}");
-    assert!(took < Duration::from_millis(1500), "gave up late: {took:?}");
-    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
-    assert!(stderr.contains("timed out after"), "{stderr}");
-    // The waiter's key went with its lease: nobody is queued.
-    let json = holder_json(&url);
-    assert_eq!(json["state"], "held");
-    assert_eq!(json["waiting"], 0, "{json}");
-    holder.release();
-    assert!(holder.wait_exit(BOUND).success());
-}
-
-#[test]
 fn a_holder_killed_with_sigkill_loses_the_lock_when_its_lease_expires() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("crash");
     let (mut holder, words) = Background::lockrun_holding(
         // Long enough that the busy check below surely lands inside it
@@ -709,31 +103,6 @@ fn etcd_stopped_past_the_ttl_stops_the_command_and_exits_76() {
     etcd.signal("CONT");
 }
 
-#[test]
-fn a_deleted_lock_key_stops_the_command_and_exits_76() {
-    if !needs("etcdctl", "Debian: apt-get install etcd-client") {
-        return;
-    }
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("gone");
-    let mut cmd = std_lockrun();
-    cmd.args(["--ttl", "3s", &url, "--"])
-        .args(["sh", "-c", "echo ready; exec sleep 60"])
-        .stderr(Stdio::piped());
-    let mut lockrun = Background::spawn(cmd);
-    lockrun.expect_ready();
-    let deleted = Command::new("etcdctl")
-        .args(["--endpoints", &etcd.endpoint, "del", "--prefix", "gone/"])
-        .env("ETCDCTL_API", "3")
-        .stdout(Stdio::null())
-        .status()
-        .expect("run etcdctl");
-    assert!(deleted.success());
-    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
-    let stderr = stderr_of(&mut lockrun);
-    assert!(stderr.contains("was deleted in etcd"), "{stderr}");
-}
-
 /// CONTRACT §18: `check --token T` answers 0 only while T is a current
 /// holder's token (1 for an older one, for a lock released or lost, 69
 /// when etcd cannot be reached), and the command gets the URL to ask with
@@ -743,7 +112,7 @@ fn check_token_is_0_only_for_the_current_holders_token() {
     if !needs("etcdctl", "Debian: apt-get install etcd-client") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("fence");
     let check = |token: &str, url: &str| {
         etcd.lockrun()
@@ -806,83 +175,8 @@ fn check_token_is_0_only_for_the_current_holders_token() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("file lock has no fencing token"));
 }
 
-/// Kills `pid` if it is still the `sleep SECONDS` a test started (a pid read
-/// from a test's own line; checked against its command line so that a
-/// reused pid is left alone): what a broken build leaves running.
-struct SleepGuard(Vec<(i32, &'static str)>);
-
-impl Drop for SleepGuard {
-    fn drop(&mut self) {
-        for (pid, seconds) in &self.0 {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if cmdline == format!("sleep\0{seconds}\0").as_bytes() {
-                // SAFETY: kill(2) on a process just checked to be this test's.
-                unsafe { libc::kill(*pid, libc::SIGKILL) };
-            }
-        }
-    }
-}
-
 fn alive(pid: i32) -> bool {
     !process_gone(pid)
-}
-
-/// Issue 29 item 2: a lost lock stops every process the command started,
-/// not only the command's own: a background child in its group and one
-/// that moved to a session of its own would go on as if the lock were
-/// held (and keep a pipe to lockrun's reader open).
-#[test]
-fn a_lost_lock_stops_every_process_the_command_started() {
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("lost-tree");
-    let mut cmd = std_lockrun();
-    cmd.args(["--ttl", "3s", "--kill-grace", "1s", &url, "--"])
-        .args([
-            "sh",
-            "-c",
-            "setsid sleep 1007 </dev/null >/dev/null 2>&1 & a=$!; \
-             sleep 1008 </dev/null >/dev/null 2>&1 & echo ready $a $!; wait",
-        ])
-        .stderr(Stdio::null());
-    let mut lockrun = Background::spawn(cmd);
-    let words = lockrun.expect_ready();
-    let (setsid_child, child): (i32, i32) = (words[0].parse().unwrap(), words[1].parse().unwrap());
-    let _guard = SleepGuard(vec![(setsid_child, "1007"), (child, "1008")]);
-    etcd.etcdctl(&["del", "--prefix", "lost-tree/"]);
-    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(76));
-    assert!(
-        !alive(child),
-        "the background child {child} outlived exit 76"
-    );
-    assert!(
-        !alive(setsid_child),
-        "the setsid'd child {setsid_child} outlived exit 76"
-    );
-}
-
-/// Issue 29 item 2, at `--max-time`: on a lock URL there is no descriptor
-/// to trace, and what the command started is stopped with it.
-#[test]
-fn max_time_on_a_lock_url_stops_every_process_the_command_started() {
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("max-time-tree");
-    let mut cmd = std_lockrun();
-    cmd.args(["--max-time", "1s", &url, "--"])
-        .args([
-            "sh",
-            "-c",
-            "(setsid sleep 1009 </dev/null >/dev/null 2>&1 & echo ready $!); exec sleep 1010",
-        ])
-        .stderr(Stdio::null());
-    let mut lockrun = Background::spawn(cmd);
-    let words = lockrun.expect_ready();
-    let orphan: i32 = words[0].parse().unwrap();
-    let _guard = SleepGuard(vec![(orphan, "1009")]);
-    assert_eq!(lockrun.wait_exit(BOUND).code(), Some(124));
-    assert!(
-        !alive(orphan),
-        "the command's orphan {orphan} outlived exit 124"
-    );
 }
 
 /// The key gone between two renewals and the command ended before the next
@@ -894,7 +188,7 @@ fn a_key_gone_before_the_release_is_76_not_success() {
     if !needs("etcdctl", "Debian: apt-get install etcd-client") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("vanished");
     let mut cmd = std_lockrun();
     // Renewals every 20 s: none comes between the delete and the end.
@@ -921,7 +215,7 @@ fn a_key_gone_before_the_release_is_76_not_success() {
 /// started with the main thread's open mask.
 #[test]
 fn the_clients_threads_never_take_a_signal() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("threads");
     let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
     let mut cmd = etcd.std_lockrun();
@@ -943,55 +237,6 @@ fn the_clients_threads_never_take_a_signal() {
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
     assert!(waiter.wait_exit(BOUND).success());
-}
-
-#[test]
-fn holder_and_check_read_the_lock_from_etcd() {
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("jobs/report");
-    lockrun().args(["check", &url]).assert().code(1);
-    let (mut holder, words) = Background::lockrun_holding(
-        &[],
-        Path::new(&url),
-        "echo ready $$ $LOCKRUN_FENCING_TOKEN $LOCKRUN_LOCKFILE; read x",
-    );
-    let (pid, token) = (&words[0], &words[1]);
-    assert_eq!(words[2], url);
-    lockrun().args(["check", "-q", &url]).assert().code(0);
-    let json = holder_json(&url);
-    assert_eq!(json["state"], "held");
-    assert_eq!(json["record"]["pid"].to_string(), *pid);
-    assert!(json["record"]["host"].is_string());
-    assert_eq!(json["etcd"]["fencing_token"].to_string(), *token);
-    let out = lockrun().args(["holder", &url]).assert().success();
-    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    assert!(
-        text.starts_with(&format!("{url}: held (exclusive) by pid {pid}")),
-        "{text}"
-    );
-    assert!(text.contains(&format!("fencing token {token}")), "{text}");
-
-    holder.release();
-    assert!(holder.wait_exit(BOUND).success());
-    lockrun().args(["check", "-q", &url]).assert().code(1);
-    let out = lockrun().args(["holder", &url]).assert().success();
-    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    assert!(
-        text.starts_with(&format!("{url}: free; last held by pid {pid}")),
-        "{text}"
-    );
-    assert!(text.contains("exit 0"), "{text}");
-
-    // The next holder's token is larger.
-    let out = lockrun()
-        .args([&url, "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"])
-        .assert()
-        .success();
-    let next: i64 = String::from_utf8_lossy(&out.get_output().stdout)
-        .trim()
-        .parse()
-        .expect("token");
-    assert!(next > token.parse::<i64>().expect("token"));
 }
 
 #[test]
@@ -1063,38 +308,11 @@ fn waiting_count(url: &str) -> Option<u64> {
 }
 
 #[test]
-fn a_signal_while_waiting_ends_the_wait_and_withdraws_from_the_queue() {
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("queue");
-    let (mut holder, _) = Background::lockrun_holding(&[], Path::new(&url), "echo ready; read x");
-    let mut cmd = std_lockrun();
-    cmd.args([&url, "--", "echo", "ran"]);
-    let mut waiter = Background::spawn(cmd);
-    wait_for("the waiter to queue in etcd", || {
-        waiting_count(&url) == Some(1)
-    });
-    let sent = Instant::now();
-    kill(waiter.pid(), "TERM");
-    assert_eq!(waiter.wait_exit(BOUND).code(), Some(128 + 15));
-    assert!(
-        sent.elapsed() < Duration::from_secs(1),
-        "the signal ended the wait {:?} later",
-        sent.elapsed()
-    );
-    // The waiter is gone, so its output has ended: no line means none came.
-    assert_eq!(waiter.line(BOUND), None, "the command ran");
-    // Its lease was revoked on the way out: nobody is queued any more.
-    assert_eq!(waiting_count(&url), Some(0));
-    holder.release();
-    assert!(holder.wait_exit(BOUND).success());
-}
-
-#[test]
 fn etcdctl_lock_and_lockrun_exclude_each_other() {
     if !needs("etcdctl", "Debian: apt-get install etcd-client") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("shared");
     let mut cmd = Command::new("etcdctl");
     cmd.args(["--endpoints", &etcd.endpoint, "lock", "shared"])
@@ -1680,59 +898,11 @@ fn a_waiter_whose_key_was_deleted_never_takes_the_lock() {
     etcd.lockrun().args(["-n", &url, "true"]).assert().success();
 }
 
-/// `--max-time` on a lock URL stops the command through the same kill path
-/// as a lost lock: 124, and the lock is free for the next one at once.
-#[test]
-fn max_time_on_a_lock_url_stops_the_command_and_releases() {
-    let Some(etcd) = Etcd::start() else { return };
-    let url = etcd.url("limited");
-    let out = lockrun()
-        .args(["--max-time", "300ms", "--kill-grace", "300ms", &url])
-        .args(["sh", "-c", "trap '' TERM; exec sleep 60"])
-        .assert()
-        .code(124);
-    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
-    assert!(stderr.contains("SIGKILL"), "{stderr}");
-    lockrun().args(["-n", &url, "true"]).assert().success();
-}
-
 // ------------------------------------------------------------ --slots N
 //
 // Issue 14 item 7: the N oldest keys under NAME/ hold the lock. A meter
 // file the jobs append to (one O_APPEND write per line, so the file's
 // order is the order things happened in) counts how many run at once.
-
-#[test]
-fn etcd_slots_run_seven_jobs_three_at_a_time_with_unique_slots() {
-    let Some(etcd) = Etcd::start() else { return };
-    meter_run(
-        || etcd.std_lockrun(),
-        &["--slots", "3"],
-        etcd.url("gpu"),
-        7,
-        3,
-    )
-    .unwrap();
-}
-
-/// The control: the same meter fails when the limit is broken.
-#[test]
-fn the_etcd_meter_catches_a_broken_limit() {
-    let Some(etcd) = Etcd::start() else { return };
-    let too_many = meter_run(
-        || etcd.std_lockrun(),
-        &["--slots", "7"],
-        etcd.url("gpu"),
-        7,
-        3,
-    )
-    .unwrap_err();
-    // Seen either way: a fourth job running, or its slot number above 3.
-    assert!(
-        too_many.contains("more than 3") || too_many.contains("out of 1..=3"),
-        "{too_many}"
-    );
-}
 
 /// Processes killed when the test ends, passed or failed.
 struct Crowd(Vec<Child>);
@@ -1816,7 +986,7 @@ fn a_crowd_of_200_through_4_etcd_slots_never_exceeds_4_and_does_not_stampede() {
 /// duplicate in about one round in thirty there). Counts, not timing.
 #[test]
 fn contenders_that_all_hold_at_once_get_different_slot_numbers() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let script =
         r#"echo "start $$ $LOCKRUN_SLOT" >> "$1"; sleep 0.2; echo "end $$ $LOCKRUN_SLOT" >> "$1""#;
     for round in 0..25 {
@@ -1889,7 +1059,7 @@ fn slot_claims_made_in_many_rounds_on_a_slow_link_all_succeed() {
 
 #[test]
 fn a_different_number_of_etcd_slots_is_a_usage_error_naming_both() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("agree");
     let (mut holder, _) =
         Background::lockrun_holding(&["--slots", "2"], Path::new(&url), "echo ready; read x");
@@ -1941,7 +1111,7 @@ fn a_different_number_of_etcd_slots_is_a_usage_error_naming_both() {
 /// same slot number.
 #[test]
 fn a_slot_holder_killed_with_sigkill_frees_its_slot_when_its_lease_expires() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("kill9");
     let args = ["--slots", "2", "--ttl", "2s"];
     let (mut first, words) = Background::lockrun_holding(
@@ -2015,7 +1185,7 @@ fn a_slot_holder_killed_with_sigkill_frees_its_slot_when_its_lease_expires() {
 
 #[test]
 fn holder_and_check_show_every_etcd_slot() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("jobs/gpu");
     etcd.lockrun().args(["check", &url]).assert().code(1);
     let script = "echo ready $$ $LOCKRUN_SLOT $LOCKRUN_FENCING_TOKEN; read x";
@@ -2216,7 +1386,7 @@ fn holder_and_check_take_the_tls_and_user_options_on_the_command_line() {
 /// slot; `-v` says which slot was taken.
 #[test]
 fn max_time_on_an_etcd_slot_frees_that_slot() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("limited-slots");
     let (mut holder, _) =
         Background::lockrun_holding(&["--slots", "2"], Path::new(&url), "echo ready; read x");
@@ -2257,7 +1427,7 @@ fn max_time_on_an_etcd_slot_frees_that_slot() {
 /// many run as the lock admits, so this fails every time, not by luck.
 #[test]
 fn the_etcd_exclusion_meter_catches_a_lock_that_does_not_exclude() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     meter_run(|| etcd.std_lockrun(), &[], etcd.url("one"), 4, 1).unwrap();
     let overlap = meter_run(
         || etcd.std_lockrun(),
@@ -2293,7 +1463,7 @@ fn fill_etcd_slots(url: &str, n: usize) -> Vec<(Background, Vec<String>)> {
 /// watch's progress probe every 2 s and the lease renewal every TTL/3.
 #[test]
 fn waiters_on_a_full_etcd_slots_lock_use_no_cpu() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("idle");
     let mut holders = fill_etcd_slots(&url, 2);
     let mut waiters = Crowd(
@@ -2343,7 +1513,7 @@ fn waiters_on_a_full_etcd_slots_lock_use_no_cpu() {
 /// have made the marker and printed).
 #[test]
 fn nonblocking_with_every_etcd_slot_full_is_75_and_runs_nothing() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("full");
     let mut holders = fill_etcd_slots(&url, 2);
     let dir = temp_dir();
@@ -2377,7 +1547,7 @@ fn nonblocking_with_every_etcd_slot_full_is_75_and_runs_nothing() {
 /// the queue.
 #[test]
 fn a_signal_ends_an_etcd_slot_wait_at_the_head_and_in_the_queue() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("sigslots");
     let mut holders = fill_etcd_slots(&url, 2);
     let dir = temp_dir();
@@ -2420,7 +1590,7 @@ fn a_signal_ends_an_etcd_slot_wait_at_the_head_and_in_the_queue() {
 /// holders of different slots at once; a later holder's is larger still.
 #[test]
 fn concurrent_etcd_slot_holders_get_different_fencing_tokens() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("tokens");
     let mut holders = fill_etcd_slots(&url, 3);
     let tokens: Vec<i64> = holders
@@ -2618,7 +1788,7 @@ fn the_status_line_and_verbose_name_the_etcd_holder() {
     if !needs("script", "a pseudo-terminal to test with") {
         return;
     }
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("live");
     let (mut holder, words) =
         Background::lockrun_holding(&[], Path::new(&url), "echo ready $$; read x");
@@ -2931,7 +2101,7 @@ fn lines_in(file: &Path) -> usize {
 /// (the guide: a stop within 1 s), not the TTL's worth (9 s, 90 lines).
 #[test]
 fn a_revoked_lease_stops_the_command_and_its_children_at_once() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let dir = temp_dir();
     let beat = dir.path().join("beat");
     let url = etcd.url("revoked");
@@ -3255,17 +2425,17 @@ fn skip_on(url: &str, ran: &Path) -> (Option<i32>, bool) {
 
 #[test]
 fn skip_if_succeeded_within_goes_by_the_record_kept_under_the_name() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let url = etcd.url("nightly");
     let dir = temp_dir();
     let ran = dir.path().join("ran");
     // No last record yet: runs.
     assert_eq!(skip_on(&url, &ran), (Some(0), true));
-    let kept = holder_json_with(&etcd, &url)["record"].clone();
+    let kept = holder_json_with(etcd, &url)["record"].clone();
     assert_eq!(kept["exit"]["code"], 0, "{kept}");
     // A success just now: skipped, and the kept record is the same.
     assert_eq!(skip_on(&url, &ran), (Some(0), false));
-    assert_eq!(holder_json_with(&etcd, &url)["record"], kept);
+    assert_eq!(holder_json_with(etcd, &url)["record"], kept);
     // A failure is the last run now: the next one runs.
     lockrun().args([&url, "false"]).assert().code(1);
     assert_eq!(skip_on(&url, &ran), (Some(0), true));
@@ -3297,7 +2467,7 @@ fn skip_if_succeeded_within_goes_by_the_record_kept_under_the_name() {
 /// success under the lock's name and skip.
 #[test]
 fn three_hosts_on_one_etcd_lock_started_at_once_exactly_one_runs() {
-    let Some(etcd) = Etcd::start() else { return };
+    let Some(etcd) = shared() else { return };
     let own_hosts = rustix::process::geteuid().is_root()
         && Command::new("unshare")
             .args(["--uts", "sh", "-c", "hostname lockrun-test-host"])
@@ -3340,7 +2510,7 @@ fn three_hosts_on_one_etcd_lock_started_at_once_exactly_one_runs() {
     }
     let ran = std::fs::read_to_string(&runs).unwrap();
     assert_eq!(ran.lines().count(), 1, "more than one host ran: {ran}");
-    let record = holder_json_with(&etcd, &url)["record"].clone();
+    let record = holder_json_with(etcd, &url)["record"].clone();
     assert_eq!(record["host"], ran.trim(), "{record}");
     assert_eq!(record["exit"]["code"], 0);
 }

@@ -285,7 +285,7 @@ fn max_time_with_fd_stops_only_the_command() {
         ])
         .env("T", bin())
         .env("L", &lock);
-    let caller = Background::spawn(script);
+    let caller = Background::spawn_quiet(script);
     let child_line = caller
         .line(BOUND)
         .expect("the command never started its child");
