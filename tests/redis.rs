@@ -12,6 +12,7 @@
 mod common;
 mod servers;
 
+use common::meter::read_meter;
 use common::*;
 use servers::free_port;
 use servers::redis::*;
