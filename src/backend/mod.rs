@@ -229,8 +229,14 @@ impl Capabilities {
         if asked.slots && !self.slots {
             return Err(format!("--slots does not apply to {kind} yet"));
         }
-        // --skip-if-succeeded-within with --slots is refused by the command
-        // line, for every backend, before any is asked.
+        // The command line refuses the pair for lock files; a lock URL's
+        // options come here.
+        if asked.skip_recent && asked.slots {
+            return Err(format!(
+                "--skip-if-succeeded-within cannot be used with --slots: {}",
+                crate::backend::file::slots::NO_ONE_LAST_RUN
+            ));
+        }
         if let (true, Err(why)) = (asked.skip_recent, self.last_record) {
             return Err(format!(
                 "--skip-if-succeeded-within cannot be used with {kind}: {why}"
