@@ -202,7 +202,7 @@ fn a_read_only_lock_file_still_locks_without_a_record() {
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("cannot be opened for writing"), "{err}");
-        let holder = Background::spawn(as_nobody("echo ready; exec sleep 60"));
+        let holder = Background::spawn_quiet(as_nobody("echo ready; exec sleep 60"));
         holder.expect_ready();
         try_lock_now(&lock).code(75);
     });

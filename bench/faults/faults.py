@@ -571,6 +571,12 @@ FAULTS = {
         # SENTINEL FAILOVER: the primary demoted and the replica promoted
         # while both run: nothing is lost, so no 76
         "sentinel-failover": dict(loss_ok=False, overlap_ok=False, ttl=4, hold=8),
+        # Latency and loss on the link to the primary (the clients' own
+        # proxy, so redis:// to the primary straight, not through Sentinel,
+        # which would hand out the primary's real address)
+        "latency500": dict(loss_ok=False, overlap_ok=False, ttl=10, proxy=(250, 0)),
+        "latency2000": dict(loss_ok=False, overlap_ok=False, ttl=30, proxy=(1000, 0)),
+        "loss20": dict(loss_ok=False, overlap_ok=False, ttl=10, proxy=(20, 0.2)),
     },
 }
 
@@ -636,6 +642,11 @@ def run_one(srv, backend, fault, rep, a, variant):
             if backend == "etcd":
                 mp = [f"{23790 + k}={ep}" for k, ep in enumerate(endpoints, 1)]
                 targets = [f"127.0.0.1:{23790 + k}" for k in range(1, 4)]
+            elif backend == "redis":
+                # the primary as Sentinel names it now (a failover run
+                # before this one may have moved it)
+                primary = srv.redis_primary() or "r1"
+                mp = [f"16379={NET0}{REDIS_IP[primary]}:6379"]
             else:
                 mp = [f"25432={NET0}{PG_IP}:5432"]
             pp = subprocess.Popen(nsx(c, [PYTHON, __file__, "proxy", "--delay-ms", str(proxy[0]),
@@ -645,6 +656,8 @@ def run_one(srv, backend, fault, rep, a, variant):
         if backend == "etcd":
             eps = targets if proxy else endpoints
             url = "etcd://" + ",".join(eps) + "/lrf/" + name
+        elif backend == "redis" and proxy:
+            url = f"redis://127.0.0.1:16379#{name}"
         elif backend == "redis":
             url = f"redis+sentinel://{NET0}{SENTINEL_IP}:26379/{SENTINEL_MASTER}#{name}"
         else:
