@@ -263,18 +263,9 @@ _lockrun__takes_value() {
     case $word in
         --?*=*) return 1 ;;
         --?*)
-            local long=${word#--} name match= n=0
-            for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility help version; do
-                if [[ $name == "$long" ]]; then
-                    match=$name n=1
-                    break
-                fi
-                if [[ $name == "$long"* ]]; then
-                    match=$name
-                    ((n++))
-                fi
-            done
-            ((n == 1)) && [[ " generate start length fd timeout wait poll conflict-exit-code command forward max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility " == *" $match "* ]]
+            local REPLY
+            _lockrun__whole "$word"
+            [[ " generate start length fd timeout wait poll conflict-exit-code command forward max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility " == *" ${REPLY#--} "* ]]
             ;;
         -?*)
             local rest=${word#-}
@@ -291,27 +282,25 @@ _lockrun__takes_value() {
     esac
 }
 
-# Long option word $1 by its whole name, when it is an unambiguous prefix
-# of one (clap's function knows only whole names); else $1 as it is.
+# Long option word $1 by its whole name in REPLY, when it is one or an
+# unambiguous prefix of one (clap's function knows only whole names);
+# else $1 as it is. No subshell: it runs for every option word.
 _lockrun__whole() {
     local long=${1#--} name match= n=0
-    if [[ $1 == --?* && $1 != *=* ]]; then
-        for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility help version; do
-            if [[ $name == "$long" ]]; then
-                match=$name n=1
-                break
-            fi
-            if [[ $name == "$long"* ]]; then
-                match=$name
-                ((n++))
-            fi
-        done
-    fi
-    if ((n == 1)); then
-        printf -- '--%s' "$match"
-    else
-        printf '%s' "$1"
-    fi
+    REPLY=$1
+    [[ $1 == --?* && $1 != *=* ]] || return 0
+    for name in generate exclusive shared unlock fcntl start length fd nonblock nb nonblocking timeout wait poll conflict-exit-code command close no-fork no-record forward quiet verbose max-time kill-grace slots also skip-if-succeeded-within metrics-file log log-facility help version; do
+        if [[ $name == "$long" ]]; then
+            match=$name n=1
+            break
+        fi
+        if [[ $name == "$long"* ]]; then
+            match=$name
+            ((n++))
+        fi
+    done
+    ((n == 1)) && REPLY=--$match
+    return 0
 }
 
 # Files, with bash-completion's quoting where it is loaded.
@@ -380,7 +369,9 @@ _lockrun() {
             # -c SHELL_COMMAND: it starts with a command name.
             COMPREPLY=($(compgen -c -- "$cur"))
         elif [[ $cur == -* ]] || _lockrun__takes_value "$prev"; then
-            _lockrun__clap "$1" "$2" "$(_lockrun__whole "$prev")"
+            local REPLY
+            _lockrun__whole "$prev"
+            _lockrun__clap "$1" "$2" "$REPLY"
         elif [[ -n $fd ]]; then
             # --fd N: no lock file; the command comes first.
             _lockrun__command "$COMP_CWORD"
