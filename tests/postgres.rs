@@ -281,16 +281,7 @@ fn the_sessions_threads_never_take_a_signal() {
 /// is dropped: the statement stays its `pg_stat_activity.query`.
 fn psql_holding(pg: &Server, statement: &str) -> (Child, ChildStdin) {
     let mut psql = Command::new(bin_dir().expect("bin").join("psql"))
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-        ])
+        .args(PSQL_AS_SUPERUSER)
         .args(["-p", &pg.port.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -1225,16 +1216,7 @@ fn slots_against_a_lock_held_without_slots_is_64_naming_the_holder() {
 
     // Held from SQL: the session is named as such.
     let mut psql = Command::new(bin_dir().expect("bin").join("psql"))
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-        ])
+        .args(PSQL_AS_SUPERUSER)
         .args(["-p", &pg.port.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

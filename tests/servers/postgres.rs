@@ -44,19 +44,23 @@ pub fn as_nobody(program: &Path) -> Command {
     cmd
 }
 
+/// psql's options for the test server's superuser over TCP, unaligned
+/// output, no ~/.psqlrc: every psql a test starts uses them.
+pub const PSQL_AS_SUPERUSER: [&str; 8] = [
+    "-X",
+    "-At",
+    "-h",
+    "127.0.0.1",
+    "-U",
+    "postgres",
+    "-d",
+    "postgres",
+];
+
 /// `psql` as the superuser, one statement, unaligned output.
 pub fn psql(port: u16, sql: &str) -> String {
     let out = Command::new(bin_dir().expect("postgres bin").join("psql"))
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-        ])
+        .args(PSQL_AS_SUPERUSER)
         .args(["-p", &port.to_string(), "-c", sql])
         .env_remove("PGPASSWORD")
         .output()
