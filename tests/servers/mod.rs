@@ -13,6 +13,8 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "etcd", feature = "redis"))]
+pub mod pki;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

@@ -1,6 +1,7 @@
 //! A private redis-server (with TLS when asked) for the Redis lock-URL
 //! tests; see tests/servers/mod.rs.
 
+pub use super::pki::Pki;
 use super::{AtExit, free_port};
 use crate::common::*;
 use std::io::{Read, Write};
@@ -158,97 +159,6 @@ impl Redis {
 
     pub fn signal(&self, sig: &str) {
         kill(self.child.id() as i32, sig);
-    }
-}
-
-/// Certificates made for one test with the openssl CLI: a CA, a server
-/// certificate for 127.0.0.1, a client certificate, and a second CA that
-/// signed neither.
-pub struct Pki {
-    pub dir: tempfile::TempDir,
-}
-
-impl Pki {
-    pub fn make() -> Option<Pki> {
-        if !needs("openssl", "Debian: apt-get install openssl") {
-            return None;
-        }
-        let pki = Pki { dir: temp_dir() };
-        let d = pki.dir.path();
-        let openssl = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(d)
-                .output()
-                .expect("run openssl");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        std::fs::write(
-            d.join("server.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-        )
-        .expect("ext");
-        std::fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
-        let key = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        for ca in ["ca", "other-ca"] {
-            let (subject, k, pem) = (
-                format!("/CN=lockrun test {ca}"),
-                format!("{ca}.key"),
-                format!("{ca}.pem"),
-            );
-            let mut args = vec!["req", "-x509"];
-            args.extend(key);
-            args.extend(["-keyout", &k, "-out", &pem, "-days", "2", "-subj", &subject]);
-            openssl(&args);
-        }
-        for (name, cn, ext) in [
-            ("server", "redis server", "server.ext"),
-            ("client", "app", "client.ext"),
-        ] {
-            let (k, csr, pem, subject) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.pem"),
-                format!("/CN={cn}"),
-            );
-            let mut args = vec!["req"];
-            args.extend(key);
-            args.extend(["-keyout", &k, "-out", &csr, "-subj", &subject]);
-            openssl(&args);
-            openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ]);
-        }
-        // redis-server reads its key as another user would: readable.
-        Some(pki)
-    }
-
-    pub fn file(&self, name: &str) -> String {
-        self.dir.path().join(name).to_string_lossy().into_owned()
     }
 }
 
