@@ -1243,6 +1243,12 @@ fn slots_against_a_lock_held_without_slots_is_64_naming_the_holder() {
     );
     drop(input);
     let _ = wait_child(&mut psql, BOUND);
+    // psql has exited, but its server process lets go of the lock when it
+    // notices the disconnect, a moment later: wait for that (under load the
+    // next run came first and was refused, 64).
+    wait_for("psql's session to let go of the lock", || {
+        pg.holders("plain-first") == 0
+    });
     // Free again: --slots works.
     lockrun()
         .args(["--slots", "2", &url, "true"])
