@@ -896,8 +896,9 @@ pub fn descendants(root: i32) -> Vec<i32> {
 /// Our descriptors that are sockets, each with what /proc/self/fd says of
 /// it (`socket:[INODE]`): compared before and after a connection is made,
 /// to find the connection's socket, which the client library keeps to
-/// itself. Only lock URLs ask.
-#[cfg(feature = "postgres")]
+/// itself. Only lock URLs ask (PostgreSQL, today), hence the neutral
+/// feature: platform code names no backend.
+#[cfg(feature = "lock-urls")]
 pub fn socket_fds() -> Vec<(i32, std::ffi::OsString)> {
     let Ok(entries) = fs::read_dir("/proc/self/fd") else {
         return Vec::new();

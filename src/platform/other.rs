@@ -303,7 +303,7 @@ pub fn sharing_description(_ours: std::os::fd::BorrowedFd<'_>, _dev: u64, _ino: 
     Vec::new()
 }
 /// Elsewhere the connection's socket is not looked for (see linux.rs).
-#[cfg(feature = "postgres")]
+#[cfg(feature = "lock-urls")]
 pub fn socket_fds() -> Vec<(i32, std::ffi::OsString)> {
     Vec::new()
 }
