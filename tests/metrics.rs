@@ -344,39 +344,9 @@ fn metrics_need_a_run_lockrun_sees_end() {
     assert!(!metrics.exists());
 }
 
-/// The metrics of a run under a lock URL go through the same seam: a
-/// Redis lock whose key is deleted while the command runs is counted as
-/// lost (status 76), labelled by the URL without its password.
-#[cfg(feature = "redis")]
-#[test]
-fn a_lost_redis_lock_is_counted_as_lost() {
-    let Some(redis) = observe::Redis::start() else {
-        return;
-    };
-    let dir = temp_dir();
-    let metrics = dir.path().join("m.prom");
-    let url = redis.url("nightly");
-    let mut cmd = std_lockrun();
-    cmd.arg("--metrics-file")
-        .arg(&metrics)
-        .args(["--ttl", "2s", "--kill-grace", "1s", &url])
-        .args(["sh", "-c", "echo ready; exec sleep 60"]);
-    let mut bg = Background::spawn_quiet(cmd);
-    bg.expect_ready();
-    assert_eq!(redis.cli(&["DEL", "nightly"]).as_deref(), Some("1"));
-    assert_eq!(bg.wait_exit(BOUND).code(), Some(76));
-    let all = read(&metrics);
-    let label = format!("redis://127.0.0.1:{}#nightly", redis.port);
-    assert_eq!(
-        value(&all, "lockrun_runs_total", &label, Some("lost")),
-        Some(1.0),
-        "{all:?}"
-    );
-    assert_eq!(
-        value(&all, "lockrun_last_exit_status", &label, None),
-        Some(76.0)
-    );
-}
+// A lost lock on every lock URL (counted `lost`, status 76) and
+// `--max-time` on every backend (`max_time`): tests/scenarios.rs,
+// kill_on_loss and max_time_stops_the_command_and_releases.
 
 /// A run that neither got the lock nor was refused it still reaches the
 /// file, as an `error` with its status: an unsafe lock file (a symbolic

@@ -20,6 +20,8 @@
 #![cfg(unix)]
 
 mod common;
+#[path = "support/observe.rs"]
+mod observe;
 mod servers;
 
 use common::meter::{meter_run, read_meter};
@@ -288,6 +290,27 @@ impl Scenario {
         let bg = self.spawn(cmd);
         let words = bg.expect_ready();
         (bg, words)
+    }
+
+    /// Where `--metrics-file` writes, in the scenario's own directory.
+    fn metrics_file(&self) -> String {
+        self._dir.path().join("metrics.prom").display().to_string()
+    }
+
+    /// The metric NAME (with OUTCOME, for the run counters) of the
+    /// metrics file, read as Prometheus would (strictly), its one lock
+    /// labelled as the target (a lock URL without a password is its own
+    /// label).
+    fn metric(&self, name: &str, outcome: Option<&str>) -> Option<f64> {
+        let path = self.metrics_file();
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let all = observe::parse_strict(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        observe::value(&all, name, &self.target, outcome)
+    }
+
+    /// The runs the metrics file counts with OUTCOME.
+    fn runs_counted(&self, outcome: &str) -> Option<f64> {
+        self.metric("lockrun_runs_total", Some(outcome))
     }
 
     /// `lockrun holder --json` of the lock (which must succeed), parsed.
@@ -828,8 +851,9 @@ fn lose(sc: &Scenario) -> &'static str {
 // and lockrun exits 76 saying so; found by the next renewal, well within
 // the TTL.
 scenario!(urls kill_on_loss, |mut sc| {
+    let metrics = sc.metrics_file();
     let (mut holder, words) = sc.holder(
-        &["--ttl", "2s", "--kill-grace", "1s"],
+        &["--ttl", "2s", "--kill-grace", "1s", "--metrics-file", &metrics],
         "trap 'echo got TERM; exit 0' TERM; \
          setsid sleep 1017 </dev/null >/dev/null 2>&1 & a=$!; \
          sleep 1018 </dev/null >/dev/null 2>&1 & echo ready $$ $a $!; \
@@ -869,6 +893,11 @@ scenario!(urls kill_on_loss, |mut sc| {
         "{stderr}"
     );
     assert!(stderr.contains(says), "{stderr}");
+    // The monitoring hears of it as `lost`, whichever backend lost it
+    // (the run flow's one seam, src/observe/).
+    assert_eq!(sc.runs_counted("lost"), Some(1.0));
+    assert_eq!(sc.runs_counted("ran"), Some(0.0));
+    assert_eq!(sc.metric("lockrun_last_exit_status", None), Some(76.0));
     sc.finish();
 });
 
@@ -880,13 +909,22 @@ scenario!(urls kill_on_loss, |mut sc| {
 scenario!(max_time_stops_the_command_and_releases, |mut sc| {
     let target = sc.target().to_owned();
     let mut cmd = sc.std_lockrun();
-    cmd.args(["--max-time", "1s", "--kill-grace", "1s", &target, "--"])
-        .args([
-            "sh",
-            "-c",
-            "(trap - TERM; setsid sleep 1009 </dev/null >/dev/null 2>&1 & echo ready $!); \
+    let metrics = sc.metrics_file();
+    cmd.args([
+        "--max-time",
+        "1s",
+        "--kill-grace",
+        "1s",
+        "--metrics-file",
+        &metrics,
+    ])
+    .args([&target, "--"])
+    .args([
+        "sh",
+        "-c",
+        "(trap - TERM; setsid sleep 1009 </dev/null >/dev/null 2>&1 & echo ready $!); \
              trap '' TERM; exec sleep 1010",
-        ]);
+    ]);
     let mut lockrun = sc.spawn(cmd);
     let orphan: i32 = lockrun.expect_ready()[0].parse().expect("pid");
     assert_eq!(lockrun.wait_exit(BOUND).code(), Some(124));
@@ -902,6 +940,7 @@ scenario!(max_time_stops_the_command_and_releases, |mut sc| {
     if sc.backend.keeps_past_records() {
         assert_eq!(json["record"]["exit"]["max_time"], "1s", "{json}");
     }
+    assert_eq!(sc.runs_counted("max_time"), Some(1.0));
     #[cfg(feature = "redis")]
     if sc.backend == Backend::Redis {
         assert_eq!(redis_server().cli(&["EXISTS", &sc.name]), "0");
