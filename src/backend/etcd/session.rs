@@ -160,14 +160,15 @@ impl Session {
             (Some(reason), _, _) => Ending::Lost(reason.clone()),
         };
         drop(state);
-        self.shared.notify();
-        self.cancel.notify_one();
         ending
     }
 
-    /// Waits for the thread to end, once [`Session::finishing`] has
-    /// stopped it: the call in flight was cancelled, so this is short.
+    /// Ends the thread's call in flight and waits for the thread to end,
+    /// once [`Session::finishing`] has stopped it. Not done there: woken
+    /// then, the thread would take a CPU from the release in flight.
     pub fn join(mut self) {
+        self.shared.notify();
+        self.cancel.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
