@@ -14,6 +14,7 @@
 use super::threads::{interrupt_helper, spawn_helper};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -123,6 +124,10 @@ struct Shared<T, L> {
     answers: Mutex<Answers<T>>,
     /// What becomes of an answer that comes once the answers are in.
     late: L,
+    /// How many calls have returned and had their answer taken or given
+    /// to `late`: counted before the bell rings, so that a finishing
+    /// round woken by that ring sees it.
+    returned: Arc<AtomicUsize>,
 }
 
 struct Answers<T> {
@@ -156,6 +161,7 @@ where
                     came: Vec::with_capacity(calls),
                 }),
                 late,
+                returned: Arc::new(AtomicUsize::new(0)),
             }),
             threads: Vec::with_capacity(calls),
         }
@@ -182,6 +188,7 @@ where
                 answers.came.push((number, answer));
                 drop(answers);
             }
+            shared.returned.fetch_add(1, Ordering::SeqCst);
             shared.bell.ring(ANSWERED);
         })?;
         self.threads.push(thread);
@@ -208,10 +215,12 @@ where
             interrupt_helper(thread);
         }
         let bell = Arc::clone(&self.shared.bell);
+        let returned = Arc::clone(&self.shared.returned);
         (
             came,
             Abandoned {
                 bell,
+                returned,
                 threads: self.threads,
             },
         )
@@ -260,6 +269,7 @@ where
 /// The threads of calls [`Helpers::abandon`] left blocked.
 pub struct Abandoned {
     bell: Arc<Bell>,
+    returned: Arc<AtomicUsize>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -270,15 +280,20 @@ impl Abandoned {
     /// returned thread has only its exit left: not joined.
     pub fn finish(self, bound: Duration) {
         let give_up = Instant::now() + bound;
+        let mut heard = None;
         loop {
-            let blocked: Vec<&JoinHandle<()>> =
-                self.threads.iter().filter(|t| !t.is_finished()).collect();
-            if blocked.is_empty() || Instant::now() >= give_up {
+            let returned = self.returned.load(Ordering::SeqCst);
+            if returned >= self.threads.len() || Instant::now() >= give_up {
                 return;
             }
-            for thread in blocked {
-                interrupt_helper(thread);
+            // Again only when a round brought nothing (as `finish` does):
+            // most have their interrupt already and are on their way out.
+            if heard == Some(returned) {
+                for thread in &self.threads {
+                    interrupt_helper(thread);
+                }
             }
+            heard = Some(returned);
             self.bell.settle(ROUND);
         }
     }
