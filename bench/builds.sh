@@ -3,7 +3,8 @@
 # dynamically linked one (`cargo build --release`): binary size, start-up
 # (`lockrun --version`), an uncontended `lockrun L true`, and memory.
 #
-#   bench/builds.sh [--runs N]      (default 300 runs per command per round, 4 rounds)
+#   bench/builds.sh [--runs N] [--quick]   (default 300 runs per command per round, 4 rounds;
+#                                          --quick: 30, a smoke test once both are built)
 #
 #   STATIC=path DYNAMIC=path   take these binaries instead of building them
 #
@@ -13,12 +14,15 @@
 # `lockrun --version` (/usr/bin/time -f %M). Needs bash, hyperfine, python3,
 # file and GNU time. Exit status: 0 measured, 2 cannot run.
 set -euo pipefail
-RUNS=300
-case "${1:-}" in
-  --runs) RUNS=${2:?--runs needs a number} ;;
-  "") ;;
-  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
-esac
+RUNS=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=${2:?--runs needs a number}; shift 2 ;;
+    --quick) RUNS=${RUNS:-30}; shift ;;
+    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
+  esac
+done
+RUNS=${RUNS:-300}
 die() { echo "builds.sh: $*" >&2; exit 2; }
 for t in hyperfine python3 file /usr/bin/time; do command -v "$t" >/dev/null 2>&1 || die "$t not found (Debian: apt-get install hyperfine python3 file time)"; done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -5,12 +5,19 @@
 # until the queued waiter's command starts (also with --slots 1, where
 # the binary has slots on lock URLs).
 #
-#   bench/etcd.sh [--runs N]
+#   bench/etcd.sh [--runs N] [--quick]
+#
+#   --quick         a smoke test in well under 2 minutes: 15 runs and 6
+#                   handoffs per tool unless --runs or HANDOFFS say otherwise
 #
 #   LOCKRUN=path    lockrun binary with lock URLs (default: built here with
 #                   `cargo build-static --features etcd` into
 #                   target/etcd/<host tuple>/release/)
 #   HANDOFFS=N      handoff repetitions per tool (default 25)
+#   LOCKRUN_BEFORE=path  another lockrun binary (an older build, with etcd)
+#                   measured beside LOCKRUN: in the hyperfine table, and in
+#                   the same handoff rounds (tool `before`), so that a
+#                   before/after comparison sees the same load
 #
 # Starts its own etcd on free loopback ports with a temp data dir, and stops
 # it at the end; the TLS certificates are made with openssl. Needs bash >= 5,
@@ -19,12 +26,18 @@
 # Exit status: 0 measured; 2 cannot run.
 set -euo pipefail
 
-RUNS=200
-case "${1:-}" in
-  --runs) RUNS=${2:?--runs needs a number} ;;
-  "") ;;
-  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
-esac
+RUNS= QUICK=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=${2:?--runs needs a number}; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
+  esac
+done
+# A smoke test in well under 2 minutes (the server's start included): few
+# runs and handoffs, figures only good for "it works".
+if [ -n "$QUICK" ]; then RUNS=${RUNS:-15} HANDOFFS=${HANDOFFS:-6}; fi
+RUNS=${RUNS:-200}
 die() { echo "etcd.sh: $*" >&2; exit 2; }
 for t in hyperfine etcd etcdctl openssl; do
   command -v "$t" >/dev/null 2>&1 || die "$t not found (Debian: apt-get install hyperfine etcd-server etcd-client openssl)"
@@ -83,13 +96,15 @@ export ETCDCTL_API=3
 unset ETCDCTL_ENDPOINTS ETCDCTL_CACERT ETCDCTL_CERT ETCDCTL_KEY ETCDCTL_USER ETCDCTL_PASSWORD
 unset LOCKRUN_ETCD_ENDPOINTS LOCKRUN_ETCD_CACERT LOCKRUN_ETCD_CERT LOCKRUN_ETCD_KEY LOCKRUN_ETCD_USER LOCKRUN_ETCD_PASSWORD
 ca=$dir/ca.pem
+before_row=()
+[ -z "${LOCKRUN_BEFORE:-}" ] || before_row=(-n "before: lockrun etcd://.../bench true" "$LOCKRUN_BEFORE etcd://127.0.0.1:$client/bench true")
 echo "# etcd $(etcd --version | head -1 | awk '{print $3}'), loopback, $RUNS runs each; $(nproc) CPUs"
 hyperfine -N --warmup 10 --runs "$RUNS" --style basic --export-markdown "$dir/table.md" \
   -n "lockrun etcd://.../bench true" "$LOCKRUN etcd://127.0.0.1:$client/bench true" \
   -n "etcdctl lock bench true" "etcdctl --endpoints 127.0.0.1:$client lock bench true" \
   -n "lockrun --cacert CA etcd://.../bench true (TLS)" "$LOCKRUN --cacert $ca etcd://127.0.0.1:$tls/bench true" \
   -n "etcdctl --cacert CA lock bench true (TLS)" "etcdctl --cacert $ca --endpoints https://127.0.0.1:$tls lock bench true" \
-  -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" >/dev/null
+  -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" "${before_row[@]}" >/dev/null
 cat "$dir/table.md"
 
 # ---------------------------------------------------------------- handoff
@@ -104,6 +119,7 @@ handoff_once() { # $1 = lockrun|etcdctl|lockrun-tls|etcdctl-tls|lockrun-slots, $
   local run
   case $tool in
     lockrun) run=("$LOCKRUN" "etcd://127.0.0.1:$client/$name") ;;
+    before) run=("$LOCKRUN_BEFORE" "etcd://127.0.0.1:$client/$name") ;;
     lockrun-tls) run=("$LOCKRUN" --cacert "$ca" "etcd://127.0.0.1:$tls/$name") ;;
     # One slot: the same queue, plus the slot machinery (the first in line
     # watches deletions under NAME/, and takes its slot number before its
@@ -130,15 +146,22 @@ handoff_once() { # $1 = lockrun|etcdctl|lockrun-tls|etcdctl-tls|lockrun-slots, $
   echo $(( (w - h) / 1000 ))
 }
 echo
-echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each (ms)"
+echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each, tools interleaved (ms)"
+echo "# lockrun: $LOCKRUN${LOCKRUN_BEFORE:+; before: $LOCKRUN_BEFORE}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-12s %8s %8s %8s\n' tool p50 p90 max
 tools=(lockrun etcdctl lockrun-tls etcdctl-tls)
+[ -n "${LOCKRUN_BEFORE:-}" ] && tools+=(before)
 # A lockrun without --slots on lock URLs (before issue 14) is measured without it.
 "$LOCKRUN" --slots 1 "etcd://127.0.0.1:$client/probe-slots" true 2>/dev/null && tools+=(lockrun-slots)
+# Round by round, each tool in turn: a load that comes and goes falls on
+# every row alike.
+for i in $(seq "$HANDOFFS"); do
+  for tool in "${tools[@]}"; do
+    handoff_once "$tool" "handoff-$tool-$i" >>"$dir/samples.$tool"
+  done
+done
 for tool in "${tools[@]}"; do
-  samples=()
-  for i in $(seq "$HANDOFFS"); do samples+=("$(handoff_once "$tool" "handoff-$tool-$i")"); done
-  printf '%s\n' "${samples[@]}" | sort -n | awk -v t="$tool" '{a[NR]=$1} END {
+  sort -n "$dir/samples.$tool" | awk -v t="$tool" '{a[NR]=$1} END {
     printf "%-12s %8.2f %8.2f %8.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
 done
 

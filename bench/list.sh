@@ -2,13 +2,15 @@
 # bench/list.sh: `lockrun list`, `holder` and `check` on a host with many
 # other locks (issue 34 item 4, issue 31), beside lslocks(8).
 #
-#   bench/list.sh [--counts LIST] [--reps N]
+#   bench/list.sh [--counts LIST] [--reps N] [--quick]
 #
 #   LOCKRUN=path   lockrun binary (default: the one `cargo build --release` builds)
 #   BEFORE=path    a second binary measured in the same run (e.g. an older
 #                  build), its columns beside LOCKRUN's
 #   --counts LIST  how many other locks, comma list (default 0,1,1000,10000)
 #   --reps N       runs per figure; the median is printed (default 5)
+#   --quick        a smoke test in well under 2 minutes: counts 0,1,1000,
+#                  1 run per figure, BEFORE's list once (unless given)
 #   BEFORE_LIST_REPS=N  runs of BEFORE's `list` (default: --reps): a build
 #                  that inspects each row on its own takes minutes a run
 #
@@ -29,16 +31,20 @@
 # 1 a wrong answer; 2 cannot run.
 set -euo pipefail
 
-COUNTS=0,1,1000,10000 REPS=5 SLOTS=1024
+COUNTS= REPS= SLOTS=1024 QUICK=
 while [ $# -gt 0 ]; do
   case "$1" in
     --counts) COUNTS=${2:?}; shift 2 ;;
     --reps) REPS=${2:?}; shift 2 ;;
+    --quick) QUICK=1; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "list.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 die() { echo "list.sh: $*" >&2; exit 2; }
+# 10,000 locks take minutes on a busy host (lslocks alone): not in a smoke test.
+if [ -n "$QUICK" ]; then COUNTS=${COUNTS:-0,1,1000} REPS=${REPS:-1} BEFORE_LIST_REPS=${BEFORE_LIST_REPS:-1}; fi
+COUNTS=${COUNTS:-0,1,1000,10000} REPS=${REPS:-5}
 [ "${BASH_VERSINFO[0]}" -ge 5 ] || die "needs bash >= 5 (for EPOCHREALTIME)"
 for t in python3 awk mkfifo; do
   command -v "$t" >/dev/null 2>&1 || die "$t not found"

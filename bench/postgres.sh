@@ -6,7 +6,10 @@
 # handoff latency: a holder exits, how long until the queued waiter's
 # command starts.
 #
-#   bench/postgres.sh [--runs N]
+#   bench/postgres.sh [--runs N] [--quick]
+#
+#   --quick         a smoke test in well under 2 minutes: 15 runs and 6
+#                   handoffs per tool unless --runs or HANDOFFS say otherwise
 #
 #   LOCKRUN=path    lockrun binary with PostgreSQL lock URLs (default: built
 #                   here with `cargo build --release --features postgres`
@@ -23,12 +26,18 @@
 # postgresql). Exit status: 0 measured; 2 cannot run.
 set -euo pipefail
 
-RUNS=200
-case "${1:-}" in
-  --runs) RUNS=${2:?--runs needs a number} ;;
-  "") ;;
-  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
-esac
+RUNS= QUICK=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=${2:?--runs needs a number}; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
+  esac
+done
+# A smoke test in well under 2 minutes (the server's start included): few
+# runs and handoffs, figures only good for "it works".
+if [ -n "$QUICK" ]; then RUNS=${RUNS:-15} HANDOFFS=${HANDOFFS:-6}; fi
+RUNS=${RUNS:-200}
 die() { echo "postgres.sh: $*" >&2; exit 2; }
 command -v hyperfine >/dev/null 2>&1 || die "hyperfine not found (Debian: apt-get install hyperfine)"
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)

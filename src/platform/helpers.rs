@@ -14,6 +14,7 @@
 use super::threads::{interrupt_helper, spawn_helper};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -123,6 +124,10 @@ struct Shared<T, L> {
     answers: Mutex<Answers<T>>,
     /// What becomes of an answer that comes once the answers are in.
     late: L,
+    /// How many calls have returned and had their answer taken or given
+    /// to `late`: counted before the bell rings, so that a finishing
+    /// round woken by that ring sees it.
+    returned: Arc<AtomicUsize>,
 }
 
 struct Answers<T> {
@@ -156,6 +161,7 @@ where
                     came: Vec::with_capacity(calls),
                 }),
                 late,
+                returned: Arc::new(AtomicUsize::new(0)),
             }),
             threads: Vec::with_capacity(calls),
         }
@@ -182,10 +188,42 @@ where
                 answers.came.push((number, answer));
                 drop(answers);
             }
+            shared.returned.fetch_add(1, Ordering::SeqCst);
             shared.bell.ring(ANSWERED);
         })?;
         self.threads.push(thread);
         Ok(())
+    }
+
+    /// Hands back the answers that came so far, each with the number of
+    /// its call, in the order they came, and interrupts every call still
+    /// blocked, without waiting for it: the caller, which has the answer it
+    /// wanted, goes on at once (a `--slots` head starts its command rather
+    /// than wait for every other slot's thread to wake, answer and exit).
+    /// Whatever those calls get from now on is `late`'s, on their own
+    /// threads. An interrupt that lands just before a thread enters its
+    /// blocking call is lost on it: [`Abandoned::finish`], called once the
+    /// caller has done what could not wait, sends it again until every
+    /// call has returned.
+    pub fn abandon(self) -> (Vec<(usize, T)>, Abandoned) {
+        let came = {
+            let mut answers = self.shared.answers();
+            answers.closed = true;
+            std::mem::take(&mut answers.came)
+        };
+        for thread in &self.threads {
+            interrupt_helper(thread);
+        }
+        let bell = Arc::clone(&self.shared.bell);
+        let returned = Arc::clone(&self.shared.returned);
+        (
+            came,
+            Abandoned {
+                bell,
+                returned,
+                threads: self.threads,
+            },
+        )
     }
 
     /// Ends every call still blocked and hands back the answers, each with
@@ -225,6 +263,39 @@ where
             }
         }
         came
+    }
+}
+
+/// The threads of calls [`Helpers::abandon`] left blocked.
+pub struct Abandoned {
+    bell: Arc<Bell>,
+    returned: Arc<AtomicUsize>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Abandoned {
+    /// Sends the interrupt again, every round, to each call that has not
+    /// returned, until all have or `bound` has passed; a thread still
+    /// blocked then is left behind (what it gets is `late`'s). Every
+    /// returned thread has only its exit left: not joined.
+    pub fn finish(self, bound: Duration) {
+        let give_up = Instant::now() + bound;
+        let mut heard = None;
+        loop {
+            let returned = self.returned.load(Ordering::SeqCst);
+            if returned >= self.threads.len() || Instant::now() >= give_up {
+                return;
+            }
+            // Again only when a round brought nothing (as `finish` does):
+            // most have their interrupt already and are on their way out.
+            if heard == Some(returned) {
+                for thread in &self.threads {
+                    interrupt_helper(thread);
+                }
+            }
+            heard = Some(returned);
+            self.bell.settle(ROUND);
+        }
     }
 }
 
@@ -272,6 +343,37 @@ mod tests {
         let answers = helpers.finish(Duration::from_secs(5));
         assert_eq!(answers, [(0, Err(()))]);
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn abandoned_calls_are_interrupted_and_their_answers_go_to_late() {
+        static LATE: AtomicUsize = AtomicUsize::new(0);
+        let bell = Arc::new(Bell::new().unwrap());
+        let mut helpers = Helpers::new(Arc::clone(&bell), 3, |n, answer: Result<(), ()>| {
+            if answer.is_err() {
+                LATE.fetch_add(1 << n, SeqCst);
+            }
+        });
+        helpers.start("test", || Ok(())).unwrap();
+        assert_eq!(bell.wait(None).unwrap(), Some(ANSWERED));
+        helpers.start("test", interruptible).unwrap();
+        // This one misses the first interrupt: only `finish` ends it.
+        helpers
+            .start("test", || {
+                std::thread::sleep(Duration::from_millis(100));
+                interruptible()
+            })
+            .unwrap();
+        let (came, rest) = helpers.abandon();
+        assert_eq!(came, [(0, Ok(()))]);
+        let started = Instant::now();
+        rest.finish(Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let until = Instant::now() + Duration::from_secs(5);
+        while LATE.load(SeqCst) != 0b110 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(LATE.load(SeqCst), 0b110);
     }
 
     #[test]

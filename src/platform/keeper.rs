@@ -28,7 +28,16 @@ use std::time::Duration;
 /// the queue at most.
 const EVERY: Duration = Duration::from_millis(250);
 
-/// The keeper of one queue lock; killed and reaped when dropped.
+/// The keeper of one queue lock; killed when dropped, and reaped then if
+/// it is already gone.
+///
+/// Not waited for: the drop comes in a handoff, between the slot taken
+/// and the command's start, and waiting for a killed process to be torn
+/// down and reaped is one more wake-up on that path. A keeper still dying
+/// is reaped by the wait for the command (which reaps every other child
+/// that exits, [`super::wait_reaping_orphans`]) or, at the latest, by init
+/// when lockrun exits. Killed, it can no longer let go of anything: it
+/// only had the queue's lock, and only while the head waited.
 pub struct Keeper {
     pid: libc::pid_t,
     /// Pinned by a pidfd: with SIGCHLD ignored the kernel reaps a keeper
@@ -68,12 +77,11 @@ impl Drop for Keeper {
                 libc::kill(self.pid, libc::SIGKILL);
             },
         }
-        // SAFETY: waitpid on our own child's pid: it reaps that child, or
-        // fails (ECHILD) if the kernel already did.
+        // SAFETY: waitpid on our own child's pid, without waiting: it
+        // reaps that child if it is already gone, or does nothing (it is
+        // still dying, or the kernel reaped it: ECHILD).
         unsafe {
-            while libc::waitpid(self.pid, std::ptr::null_mut(), 0) == -1
-                && *libc::__errno_location() == libc::EINTR
-            {}
+            libc::waitpid(self.pid, std::ptr::null_mut(), libc::WNOHANG);
         }
     }
 }

@@ -18,8 +18,9 @@
 //!   flock(2) per slot, and sleeps in poll(2) (on the main thread when it
 //!   waits for ever with nothing to show, else on the waiter's helper
 //!   thread) until the first of them has its slot. The others are interrupted (the waiter's own interrupt
-//!   signal: flock returns EINTR) and any slot they got in that instant
-//!   goes back. With its slot, the head lets go of the queue.
+//!   signal: flock returns EINTR), not waited for, and any slot they get
+//!   from then on goes back at once, on their threads. With its slot, the
+//!   head lets go of the queue.
 //! - `LOCKFILE`'s content is the N every contender must agree on, and who
 //!   set it ([`SlotsHeader`]), written under the queue lock by the first
 //!   contender that finds the file empty (or holding a plain record of
@@ -97,6 +98,27 @@ struct Inner {
     chosen: Mutex<Option<usize>>,
     /// The exit status of the last failure: 64 for a disagreeing N.
     status: AtomicU8,
+    /// The other slots' helper threads, left to end while the command
+    /// starts (see `wait_any`).
+    leftover: Mutex<Option<Leftover>>,
+}
+
+/// What is left to do of the other slots' helper threads once a slot is
+/// taken: done when the command has started, or when dropped.
+struct Leftover(Option<Box<dyn FnOnce() + Send>>);
+
+impl Leftover {
+    fn finish(&mut self) {
+        if let Some(finish) = self.0.take() {
+            finish();
+        }
+    }
+}
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 impl SlotsBackend {
@@ -154,6 +176,7 @@ impl Inner {
             header,
             chosen: Mutex::new(None),
             status: AtomicU8::new(exit_codes::OS_ERROR),
+            leftover: Mutex::new(None),
         })
     }
 }
@@ -385,9 +408,29 @@ impl Inner {
             }
         }
         // The others stop waiting; a slot they got meanwhile goes back.
+        // With a slot answered, they are interrupted and not waited for:
+        // the command starts while they wake and exit (their waking,
+        // answering and being joined was a second round of wake-ups
+        // between the release and the command), and a slot one of them
+        // gets from now on is let go of at once on its thread (the `late`
+        // above). A wait that ended without a slot waits for them, as it
+        // must not return while a helper may still take one.
+        let answers = if interrupted || failed.is_some() {
+            waiters.finish(Duration::from_secs(1))
+        } else {
+            let (came, rest) = waiters.abandon();
+            // Once the command runs (or the slot is let go of): any helper
+            // the interrupt missed is interrupted again until it returns.
+            if let Ok(mut leftover) = self.leftover.lock() {
+                *leftover = Some(Leftover(Some(Box::new(move || {
+                    rest.finish(Duration::from_secs(1))
+                }))));
+            }
+            came
+        };
         let mut got = Vec::new();
         let mut error = None;
-        for (slot, answer) in waiters.finish(Duration::from_secs(1)) {
+        for (slot, answer) in answers {
             match answer {
                 Ok(()) => got.push(slot),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -410,6 +453,17 @@ impl Inner {
             Some((slot, e)) => self.os_error(&self.slots[slot], "cannot lock", &e),
             None => local(io::Error::from(io::ErrorKind::Interrupted)),
         })
+    }
+
+    /// Ends the other slots' helper threads now, on this thread (the
+    /// slot taken is let go of, or the command will not start): not left
+    /// to whichever thread drops the last reference to `self`, which may
+    /// be one of those helpers.
+    fn finish_leftover(&self) {
+        let leftover = self.leftover.lock().ok().and_then(|mut l| l.take());
+        if let Some(mut leftover) = leftover {
+            leftover.finish();
+        }
     }
 
     /// The slots' holders, as their records name them.
@@ -466,6 +520,7 @@ impl Contender for SlotsBackend {
         if let Some(slot) = self.inner.chosen() {
             let _ = self.inner.slots[slot].unlock();
         }
+        self.inner.finish_leftover();
     }
 
     /// The classic lock-file loop, for the slot taken and the queue it was
@@ -495,6 +550,7 @@ impl Contender for SlotsBackend {
             );
         }
         let _ = slot.unlock();
+        inner.finish_leftover();
         // The descriptor limit raised for N slots stays raised, and is
         // restored from what was saved at the first open.
         // A failure's status is what the run exits with (64 for a LOCKFILE
@@ -610,9 +666,11 @@ impl Backend for SlotsBackend {
             );
         }
         let file = FileBackend::slot(lock, label, self.inherit, verbose);
+        let leftover = inner.leftover.lock().ok().and_then(|mut l| l.take());
         Ok(SlotHeld {
             held: file.acquired(record, verbose)?,
             slot,
+            leftover,
         })
     }
 }
@@ -622,6 +680,8 @@ impl Backend for SlotsBackend {
 pub struct SlotHeld {
     held: FileHeld,
     slot: u16,
+    /// The other slots' helper threads, finished once the command runs.
+    leftover: Option<Leftover>,
 }
 
 impl Held for SlotHeld {
@@ -647,6 +707,12 @@ impl Held for SlotHeld {
 
     fn searches_descendants(&self) -> bool {
         self.held.searches_descendants()
+    }
+
+    fn command_started(&mut self, _pid: i32) {
+        if let Some(mut leftover) = self.leftover.take() {
+            leftover.finish();
+        }
     }
 
     fn release(self) -> Result<(), String> {
