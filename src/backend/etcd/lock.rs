@@ -512,10 +512,7 @@ impl Held for EtcdHeld {
     }
 
     fn release(self) -> Result<(), String> {
-        // The release goes out before the lease thread is joined (issue
-        // 34): that thread's wake-up and exit are not the next holder's
-        // to wait for.
-        let ending = self.session.finishing();
+        let ending = self.session.finish();
         let last_key = match self.slot {
             Some((_, k)) => slots::last_key(&self.name, k),
             None => self.name.clone(),
@@ -550,7 +547,6 @@ impl Held for EtcdHeld {
             last,
             Instant::now() + CLEANUP_TIMEOUT.max(self.ttl / 4),
         );
-        self.session.join();
         // Once the command has ended on its own while the lock was
         // confirmed, the run's status is the command's: what became of the
         // lock afterwards is said, never made its exit status (issue 29

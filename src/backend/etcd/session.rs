@@ -143,34 +143,18 @@ impl Session {
     /// the lock. Before, the join waited for that renewal until the lease's
     /// deadline, which then counted as a loss: 76 for a command that had
     /// finished with 0 (issue 29 item 5).
-    ///
-    /// Nor does it wait for the thread to end: the release goes out first
-    /// and [`Session::join`] comes after it (the thread's wake-up and exit
-    /// stood between the command's end and the next holder's turn). Once
-    /// this has set `stop`, the thread records no loss (see [`enforce`]),
-    /// so what it says is final: a key lost from now on (or whose loss the
-    /// thread saw too late to say) is the release's to find, whose
-    /// transaction deletes our key only while it is still ours.
-    pub fn finishing(&self) -> Ending {
-        let mut state = self.shared.lock();
-        state.stop = true;
-        let ending = match (&state.lost, state.lost_after_end, state.ended_confirmed) {
-            (None, _, _) => Ending::Held,
-            (Some(reason), true, Some(true)) => Ending::Unconfirmed(reason.clone()),
-            (Some(reason), _, _) => Ending::Lost(reason.clone()),
-        };
-        drop(state);
-        ending
-    }
-
-    /// Ends the thread's call in flight and waits for the thread to end,
-    /// once [`Session::finishing`] has stopped it. Not done there: woken
-    /// then, the thread would take a CPU from the release in flight.
-    pub fn join(mut self) {
+    pub fn finish(mut self) -> Ending {
+        self.shared.lock().stop = true;
         self.shared.notify();
         self.cancel.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+        let state = self.shared.lock();
+        match (&state.lost, state.lost_after_end, state.ended_confirmed) {
+            (None, _, _) => Ending::Held,
+            (Some(reason), true, Some(true)) => Ending::Unconfirmed(reason.clone()),
+            (Some(reason), _, _) => Ending::Lost(reason.clone()),
         }
     }
 }
@@ -348,13 +332,6 @@ fn check_key(shared: &Shared, client: &Client, deadline: Instant) -> Result<bool
 /// lockrun's own deadline passing without an answer.
 fn enforce(shared: &Shared, reason: String, grace: Duration, certain: bool) {
     let mut state = shared.lock();
-    // lockrun is finishing (the command has ended, `Session::finishing`
-    // has read the ending): what the thread saw is our own release's
-    // deletion, or a loss that release finds (its transaction admits only
-    // our key); nothing is left here to stop.
-    if state.stop {
-        return;
-    }
     state.lost = Some(reason);
     // Only the deadline, passed after the command had ended on its own
     // within the lease's promise: the command ran under the lock, and the
