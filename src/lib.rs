@@ -48,7 +48,6 @@ macro_rules! say {
     }};
 }
 
-#[cfg(unix)]
 pub mod backend;
 #[cfg(unix)]
 pub mod cli;
@@ -57,19 +56,14 @@ pub mod exit_codes;
 #[cfg(unix)]
 pub mod generate;
 pub mod identity;
-#[cfg(unix)]
 pub mod inspect;
 pub mod mode;
-#[cfg(unix)]
 pub mod observe;
 pub mod persona;
 pub mod platform;
 pub mod record;
-#[cfg(unix)]
 pub mod registry;
-#[cfg(unix)]
 pub mod report;
-#[cfg(unix)]
 pub mod run;
 pub mod sanitize;
 pub mod sync;
