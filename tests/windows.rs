@@ -586,3 +586,264 @@ fn a_directory_a_hard_link_and_a_symbolic_link_are_refused() {
         Err(e) => eprintln!("SKIPPED: the symbolic-link case (cannot make one here: {e})"),
     }
 }
+
+// ---------------------------------------------------------------------
+// Lock URLs (a build with --features etcd,postgres,redis): the servers are
+// Linux processes .ci/windows.sh starts on loopback ports (Wine's
+// processes use the host's sockets), their URLs passed by environment. A
+// test without its URL says SKIPPED loudly, and fails under
+// LOCKRUN_TEST_REQUIRE_ALL (CI sets it).
+
+/// One lock URL service under test.
+struct Service {
+    name: &'static str,
+    /// `redis://127.0.0.1:PORT`, `etcd://127.0.0.1:PORT`,
+    /// `postgres://USER@127.0.0.1:PORT/DB`.
+    base: String,
+}
+
+impl Service {
+    fn from_env(name: &'static str, var: &str) -> Option<Service> {
+        match std::env::var(var) {
+            Ok(base) if !base.is_empty() => Some(Service { name, base }),
+            _ => {
+                let line = format!(
+                    "*** SKIPPED: {name} lock URL tests: {var} is not set (.ci/windows.sh starts the server and sets it) ***"
+                );
+                eprintln!("{line}");
+                if std::env::var_os("LOCKRUN_TEST_REQUIRE_ALL").is_some() {
+                    panic!("LOCKRUN_TEST_REQUIRE_ALL is set: {line}");
+                }
+                None
+            }
+        }
+    }
+
+    /// The lock URL of lock `name`, unique to this test process.
+    fn url(&self, name: &str) -> String {
+        let name = format!("win-{}-{name}", std::process::id());
+        match self.name {
+            "etcd" => format!("{}/{name}", self.base),
+            _ => format!("{}#{name}", self.base),
+        }
+    }
+
+    /// The lock's name inside the URL.
+    fn lock_name(url: &str) -> &str {
+        url.rsplit(['#', '/']).next().unwrap_or_default()
+    }
+}
+
+fn redis() -> Option<Service> {
+    Service::from_env("Redis", "LOCKRUN_WIN_REDIS_URL")
+}
+
+fn etcd() -> Option<Service> {
+    Service::from_env("etcd", "LOCKRUN_WIN_ETCD_URL")
+}
+
+fn postgres() -> Option<Service> {
+    Service::from_env("PostgreSQL", "LOCKRUN_WIN_POSTGRES_URL")
+}
+
+/// `lockrun ARGS... URL <this binary as helper WHAT>`.
+fn url_run(args: &[&str], url: &str, what: &str) -> Command {
+    let mut c = lockrun();
+    let (argv, what) = helper_args(what);
+    c.args(args).arg(url).arg("--").args(argv).env(HELPER, what);
+    c
+}
+
+fn check_url(url: &str) -> i32 {
+    let mut c = lockrun();
+    c.args(["check", "-q", url]);
+    status(c)
+}
+
+/// Waits until `check` on the URL says held.
+fn wait_url_held(url: &str) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if check_url(url) == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{url} never became held");
+}
+
+/// The same crowd as `crowd_counter`, on a lock URL.
+fn url_crowd(service: &Service) {
+    let dir = tmp();
+    let url = service.url("crowd");
+    let counter = dir.path().join("counter");
+    let what = format!("increment|{}", counter.display());
+    let children: Vec<Child> = (0..CROWD)
+        .map(|_| spawn(url_run(&[], &url, &what)))
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success(), "a run failed: {}", stderr(&out));
+    }
+    let n: u64 = fs::read_to_string(&counter)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let overlaps = fs::read_to_string(counter.with_extension("overlaps"))
+        .unwrap_or_default()
+        .len();
+    assert_eq!(
+        (n, overlaps),
+        (CROWD as u64, 0),
+        "{}: counter and overlaps",
+        service.name
+    );
+}
+
+/// `-n` on a held URL: 75, naming the holder (its command's pid, as the
+/// record in the service has it); `holder` and `check` while held and after.
+fn url_conflict_holder_check(service: &Service) {
+    let url = service.url("busy");
+    let holder = spawn(url_run(&[], &url, "sleep|4000"));
+    wait_url_held(&url);
+    let mut c = lockrun();
+    c.args(["-n", &url, "--", "cmd", "/c", "exit 0"]);
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("held by") && said.contains("pid "), "{said}");
+    let mut c = lockrun();
+    c.args(["holder", &url]);
+    let shown = output(c);
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let text = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(text.contains("pid "), "holder said: {text}");
+    let mut c = lockrun();
+    c.args(["check", "--json", &url]);
+    let checked = output(c);
+    assert_eq!(checked.status.code(), Some(0), "{}", stderr(&checked));
+    let report: serde_json::Value =
+        serde_json::from_slice(&checked.stdout).expect("check --json is JSON");
+    assert_eq!(report["state"], "held", "{report}");
+    let out = holder.wait_with_output().expect("the holder ends");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(check_url(&url), 1, "free once the holder has released");
+}
+
+fn url_exit_code(service: &Service) {
+    let url = service.url("exit");
+    let out = output(url_run(&[], &url, "exit|7"));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let out = output(url_run(&[], &url, "exit|0"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn url_max_time(service: &Service) {
+    let dir = tmp();
+    let url = service.url("max");
+    let witness = dir.path().join("survived");
+    let start = Instant::now();
+    let out = output(url_run(
+        &["--max-time", "1s"],
+        &url,
+        &format!("grandchild|{}|2500", witness.display()),
+    ));
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(!witness.exists(), "the grandchild outlived --max-time");
+    assert_eq!(check_url(&url), 1, "released after --max-time");
+}
+
+/// The lock is taken away on the server while the command and a
+/// grandchild run: lockrun ends the whole job and exits 76 (Linux's
+/// status for a lost lock), the grandchild never writes its witness, and
+/// the next holder, who got the lock meanwhile, keeps it: the loser's
+/// release does not take it.
+fn url_kill_on_loss(service: &Service, take_away: impl Fn(&str)) {
+    let dir = tmp();
+    let url = service.url("loss");
+    let witness = dir.path().join("survived");
+    let first = spawn(url_run(
+        &["--ttl", "2s"],
+        &url,
+        &format!("grandchild|{}|4000", witness.display()),
+    ));
+    wait_url_held(&url);
+    let started = Instant::now();
+    take_away(&url);
+    let second = spawn(url_run(&["-w", "20"], &url, "sleep|6000"));
+    let out = first.wait_with_output().expect("the first lockrun ends");
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the loss took {:?} to end the command",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(4500));
+    assert!(!witness.exists(), "the grandchild outlived the lost lock");
+    assert_eq!(check_url(&url), 0, "the second holder keeps the lock");
+    let out = second.wait_with_output().expect("the second lockrun ends");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// One Redis command over RESP, for taking a lock away server side.
+fn redis_command(base: &str, args: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let addr = base
+        .trim_start_matches("redis://")
+        .split(['/', '#'])
+        .next()
+        .unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to Redis");
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request += &format!("${}\r\n{arg}\r\n", arg.len());
+    }
+    stream.write_all(request.as_bytes()).expect("send to Redis");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut reply = [0u8; 512];
+    let n = stream.read(&mut reply).expect("Redis answers");
+    String::from_utf8_lossy(&reply[..n]).into_owned()
+}
+
+#[test]
+fn redis_url_twenty_concurrent_runs_exclude_each_other() {
+    if let Some(s) = redis() {
+        url_crowd(&s);
+    }
+}
+
+#[test]
+fn redis_url_conflict_is_75_naming_the_holder_and_holder_check_answer() {
+    if let Some(s) = redis() {
+        url_conflict_holder_check(&s);
+    }
+}
+
+#[test]
+fn redis_url_exit_code_passes_through() {
+    if let Some(s) = redis() {
+        url_exit_code(&s);
+    }
+}
+
+#[test]
+fn redis_url_max_time_ends_the_command_and_its_grandchild() {
+    if let Some(s) = redis() {
+        url_max_time(&s);
+    }
+}
+
+#[test]
+fn redis_url_lost_lock_ends_the_whole_job() {
+    if let Some(s) = redis() {
+        let base = s.base.clone();
+        url_kill_on_loss(&s, |url| {
+            let reply = redis_command(&base, &["DEL", Service::lock_name(url)]);
+            assert_eq!(reply, ":1\r\n", "DEL of the lock key");
+        });
+    }
+}

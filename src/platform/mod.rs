@@ -32,7 +32,7 @@ pub use windows::{
 #[cfg(windows)]
 pub use windows::{
     AsFd, AsRawFd, BeforeStart, BorrowedFd, ChildLink, CommandLine, KILL_SIGNAL, NotRead, OwnedFd,
-    RawFd, STOP_SIGNAL, Target, Watchdog, adopt_orphans, before_start,
+    RawFd, STOP_SIGNAL, STOPS_BY_SIGNALS, Target, Watchdog, adopt_orphans, before_start,
     block_signals_on_this_thread, create_new, descendants, die_with_parent, duplicate_above_stdio,
     file_id, group_kept_with_command, ignore_broken_pipes, interrupt_helper, leave_command_group,
     open_regular, open_without_waiting, others_may_access, own_start_time_since,
@@ -100,8 +100,8 @@ pub use helpers::{ANSWERED, Bell, Helpers};
 pub use keeper::Keeper;
 #[cfg(unix)]
 pub use process::{
-    KILL_SIGNAL, STOP_SIGNAL, Target, group_kept_with_command, leave_command_group, reap, stop_all,
-    wait_exited, wait_until_exited,
+    KILL_SIGNAL, STOP_SIGNAL, STOPS_BY_SIGNALS, Target, group_kept_with_command,
+    leave_command_group, reap, stop_all, stop_described, wait_exited, wait_until_exited,
 };
 #[cfg(unix)]
 pub use spawn::{CommandLine, die_with_parent, start_command};

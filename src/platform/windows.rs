@@ -29,10 +29,11 @@ pub use files::{
     permission_bits, read_regular, same_file, send_datagram, set_permission_bits,
 };
 pub use process::{
-    BeforeStart, ChildLink, CommandLine, KILL_SIGNAL, STOP_SIGNAL, Target, Watchdog, adopt_orphans,
-    before_start, descendants, die_with_parent, group_kept_with_command, leave_command_group,
-    own_start_time_since, own_start_time_without_allocating, process_start_time, reap,
-    start_command, stop_all, stop_described, wait_reaping_orphans, wait_until_exited, watchdog_pid,
+    BeforeStart, ChildLink, CommandLine, KILL_SIGNAL, STOP_SIGNAL, STOPS_BY_SIGNALS, Target,
+    Watchdog, adopt_orphans, before_start, descendants, die_with_parent, group_kept_with_command,
+    leave_command_group, own_start_time_since, own_start_time_without_allocating,
+    process_start_time, reap, start_command, stop_all, stop_described, wait_reaping_orphans,
+    wait_until_exited, watchdog_pid,
 };
 pub use threads::{
     Bell, block_signals_on_this_thread, ignore_broken_pipes, interrupt_helper, spawn_helper,
@@ -200,7 +201,7 @@ pub fn process_state(pid: i32) -> ProcessState {
 }
 
 /// A deliberately broken build, for showing that tests/windows.rs can fail
-/// (`LOCKRUN_BROKEN=no-lock|record-after-resume|no-kill-on-close` at build
+/// (`LOCKRUN_BROKEN=no-lock|record-after-resume|no-kill-on-close|no-terminate-job` at build
 /// time; .ci/windows.sh --broken does it). Empty in every real build.
 const BROKEN: &str = match option_env!("LOCKRUN_BROKEN") {
     Some(s) => s,

@@ -461,10 +461,10 @@ fn release<H: Held>(
 ) -> Option<(Ending, Event)> {
     if let Err(reason) = held.release() {
         crate::say!(
-            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM with every process it started (and SIGKILL if it still ran {} later)",
+            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, {}",
             persona::name(),
             flow.label,
-            display::span(flow.settings.kill_grace)
+            platform::stop_described(&display::span(flow.settings.kill_grace))
         );
         return Some((Ending::Status(exit_codes::LOCK_LOST), Event::Lost));
     }
@@ -673,7 +673,8 @@ impl Stopped {
     fn exit(&self) -> Exit {
         Exit {
             code: None,
-            signal: Some(self.last_signal),
+            // A job ended on Windows has no signal to record.
+            signal: platform::STOPS_BY_SIGNALS.then_some(self.last_signal),
             max_time: Some(display::span(self.limit)),
         }
     }
