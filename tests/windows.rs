@@ -760,9 +760,9 @@ fn url_max_time(service: &Service) {
 /// status for a lost lock), the grandchild never writes its witness, and
 /// the next holder, who got the lock meanwhile, keeps it: the loser's
 /// release does not take it.
-fn url_kill_on_loss(service: &Service, take_away: impl Fn(&str)) {
+fn url_kill_on_loss(url: &str, take_away: impl Fn(&str)) {
+    let url = url.to_owned();
     let dir = tmp();
-    let url = service.url("loss");
     let witness = dir.path().join("survived");
     let first = spawn(url_run(
         &["--ttl", "2s"],
@@ -841,9 +841,204 @@ fn redis_url_max_time_ends_the_command_and_its_grandchild() {
 fn redis_url_lost_lock_ends_the_whole_job() {
     if let Some(s) = redis() {
         let base = s.base.clone();
-        url_kill_on_loss(&s, |url| {
+        url_kill_on_loss(&s.url("loss"), |url| {
             let reply = redis_command(&base, &["DEL", Service::lock_name(url)]);
             assert_eq!(reply, ":1\r\n", "DEL of the lock key");
+        });
+    }
+}
+
+/// One request to etcd's JSON gateway (`/v3/...`), over plain HTTP.
+fn etcd_request(base: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = base
+        .trim_start_matches("etcd://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to etcd");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send to etcd");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// One simple query to PostgreSQL over its wire protocol (trust
+/// authentication, as .ci/windows.sh sets up the server); the reply's raw
+/// bytes.
+fn postgres_query(base: &str, sql: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let rest = base.trim_start_matches("postgres://");
+    let (user, rest) = rest.split_once('@').expect("postgres://USER@HOST:PORT/DB");
+    let (addr, db) = rest.split_once('/').expect("postgres://USER@HOST:PORT/DB");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to PostgreSQL");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut params = Vec::new();
+    for (k, v) in [("user", user), ("database", db)] {
+        params.extend_from_slice(k.as_bytes());
+        params.push(0);
+        params.extend_from_slice(v.as_bytes());
+        params.push(0);
+    }
+    params.push(0);
+    let mut startup = ((params.len() + 8) as u32).to_be_bytes().to_vec();
+    startup.extend_from_slice(&196_608u32.to_be_bytes());
+    startup.extend_from_slice(&params);
+    stream.write_all(&startup).expect("startup");
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until ReadyForQuery ('Z', length 5).
+    while !reply.windows(2).any(|w| w == [b'Z', 0]) {
+        let n = stream.read(&mut buf).expect("PostgreSQL answers");
+        assert!(n > 0, "PostgreSQL closed the connection: {reply:?}");
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let mut query = vec![b'Q'];
+    query.extend_from_slice(&((sql.len() + 5) as u32).to_be_bytes());
+    query.extend_from_slice(sql.as_bytes());
+    query.push(0);
+    stream.write_all(&query).expect("query");
+    let mut answer = Vec::new();
+    loop {
+        let n = stream.read(&mut buf).expect("PostgreSQL answers the query");
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if answer.windows(6).any(|w| w == [b'Z', 0, 0, 0, 5, b'I']) {
+            break;
+        }
+    }
+    answer
+}
+
+#[test]
+fn etcd_url_twenty_concurrent_runs_exclude_each_other() {
+    if let Some(s) = etcd() {
+        url_crowd(&s);
+    }
+}
+
+#[test]
+fn etcd_url_conflict_is_75_naming_the_holder_and_holder_check_answer() {
+    if let Some(s) = etcd() {
+        url_conflict_holder_check(&s);
+    }
+}
+
+#[test]
+fn etcd_url_exit_code_passes_through() {
+    if let Some(s) = etcd() {
+        url_exit_code(&s);
+    }
+}
+
+#[test]
+fn etcd_url_max_time_ends_the_command_and_its_grandchild() {
+    if let Some(s) = etcd() {
+        url_max_time(&s);
+    }
+}
+
+#[test]
+fn etcd_url_lost_lock_ends_the_whole_job() {
+    if let Some(s) = etcd() {
+        let base = s.base.clone();
+        url_kill_on_loss(&s.url("loss"), |url| {
+            // The lock's keys are NAME/LEASE: every key under NAME/.
+            let name = Service::lock_name(url);
+            let body = format!(
+                "{{\"key\":\"{}\",\"range_end\":\"{}\"}}",
+                base64(format!("{name}/").as_bytes()),
+                base64(format!("{name}0").as_bytes())
+            );
+            let reply = etcd_request(&base, "/v3/kv/deleterange", &body);
+            assert!(reply.contains("\"deleted\":\"1\""), "deleterange: {reply}");
+        });
+    }
+}
+
+#[test]
+fn postgres_url_twenty_concurrent_runs_exclude_each_other() {
+    if let Some(s) = postgres() {
+        url_crowd(&s);
+    }
+}
+
+#[test]
+fn postgres_url_conflict_is_75_naming_the_holder_and_holder_check_answer() {
+    if let Some(s) = postgres() {
+        url_conflict_holder_check(&s);
+    }
+}
+
+#[test]
+fn postgres_url_exit_code_passes_through() {
+    if let Some(s) = postgres() {
+        url_exit_code(&s);
+    }
+}
+
+#[test]
+fn postgres_url_max_time_ends_the_command_and_its_grandchild() {
+    if let Some(s) = postgres() {
+        url_max_time(&s);
+    }
+}
+
+#[test]
+fn postgres_url_lost_lock_ends_the_whole_job() {
+    if let Some(s) = postgres() {
+        let base = s.base.clone();
+        // Its own application_name, so that only this test's holder is
+        // ended (the other tests' sessions run beside it).
+        let app = format!("win-loss-{}", std::process::id());
+        let url = format!(
+            "{base}?application_name={app}#win-{}-loss",
+            std::process::id()
+        );
+        url_kill_on_loss(&url, |_url| {
+            // The holder's session, ended by the server, as a failover or
+            // an administrator would.
+            let answer = postgres_query(
+                &base,
+                &format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE locktype = 'advisory' AND granted AND application_name = '{app}'"
+                ),
+            );
+            assert!(
+                answer.windows(2).any(|w| w == [1, b't']),
+                "pg_terminate_backend: {}",
+                String::from_utf8_lossy(&answer)
+            );
         });
     }
 }
