@@ -34,7 +34,7 @@ pub enum Command {
 pub enum Invocation {
     Run(RunOptions),
     /// The run form on a lock URL: the one run flow's (`registry::run`).
-    UrlRun(crate::registry::UrlRun),
+    UrlRun(Box<crate::registry::UrlRun>),
     Holder {
         json: bool,
         paths: Vec<PathBuf>,
@@ -500,7 +500,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             )
         })?;
         return match crate::registry::url_run(target, &asked, url_args, base) {
-            Ok(run) => Ok(Invocation::UrlRun(run)),
+            Ok(run) => Ok(Invocation::UrlRun(Box::new(run))),
             Err(crate::registry::Refusal::Usage(message)) => Err(usage(message)),
             Err(crate::registry::Refusal::Failure(failure)) => Err(failure),
         };

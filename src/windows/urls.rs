@@ -7,12 +7,12 @@ use crate::exit_codes::{self, Failure};
 use crate::inspect::{Report, State};
 use crate::registry::{self, LockTarget};
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A LOCKFILE argument's lock URL, if it is one; a URL that does not parse
 /// (a bad port) is its usage error.
-fn url(path: &PathBuf) -> Result<Option<LockTarget>, Failure> {
-    let target = LockTarget::parse(path.clone().into_os_string())?;
+fn url(path: &Path) -> Result<Option<LockTarget>, Failure> {
+    let target = LockTarget::parse(path.as_os_str().to_owned())?;
     Ok(target.is_url().then_some(target))
 }
 
@@ -52,7 +52,7 @@ fn said(failure: &Failure) -> i32 {
 }
 
 /// `check`: 0 held, 1 free, 69 unknown (the service could not be asked).
-pub fn check(json: bool, quiet: bool, probe: bool, path: &PathBuf) -> Result<i32, Failure> {
+pub fn check(json: bool, quiet: bool, probe: bool, path: &Path) -> Result<i32, Failure> {
     let Some(target) = url(path)? else {
         return Ok(inspect::check(json, quiet, probe, path));
     };
