@@ -223,9 +223,14 @@ fn crowd_counter(with_lock: bool) -> (u64, usize) {
             }
         })
         .collect();
-    for mut child in children {
-        let st = child.wait().expect("wait");
-        assert!(st.success(), "a run failed: {st:?}");
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "a run failed: {:?}: {}",
+            out.status,
+            stderr(&out)
+        );
     }
     let n = fs::read_to_string(&counter)
         .ok()
@@ -787,6 +792,37 @@ fn url_kill_on_loss(url: &str, take_away: impl Fn(&str)) {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// lockrun.exe killed while it holds a lock URL: the job's kill-on-close
+/// ends the command and its grandchild (no witness written), and the lock
+/// ends on the server (a lease at its TTL, a session with its
+/// connection), so the next run gets it.
+fn url_killed_holder(service: &Service) {
+    let dir = tmp();
+    let url = service.url("killed");
+    let witness = dir.path().join("survived");
+    let mut holder = spawn(url_run(
+        &["--ttl", "2s"],
+        &url,
+        &format!("grandchild|{}|3000", witness.display()),
+    ));
+    wait_url_held(&url);
+    holder.kill().expect("kill lockrun");
+    let _ = holder.wait();
+    let start = Instant::now();
+    let out = output(url_run(&["-w", "15"], &url, "exit|0"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the lock of a killed lockrun took {:?} to end",
+        start.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(3500));
+    assert!(
+        !witness.exists(),
+        "the grandchild outlived the killed lockrun"
+    );
+}
+
 /// One Redis command over RESP, for taking a lock away server side.
 fn redis_command(base: &str, args: &[&str]) -> String {
     use std::io::{Read, Write};
@@ -1040,5 +1076,26 @@ fn postgres_url_lost_lock_ends_the_whole_job() {
                 String::from_utf8_lossy(&answer)
             );
         });
+    }
+}
+
+#[test]
+fn redis_url_killed_lockrun_ends_its_command_and_frees_the_lock() {
+    if let Some(s) = redis() {
+        url_killed_holder(&s);
+    }
+}
+
+#[test]
+fn etcd_url_killed_lockrun_ends_its_command_and_frees_the_lock() {
+    if let Some(s) = etcd() {
+        url_killed_holder(&s);
+    }
+}
+
+#[test]
+fn postgres_url_killed_lockrun_ends_its_command_and_frees_the_lock() {
+    if let Some(s) = postgres() {
+        url_killed_holder(&s);
     }
 }
