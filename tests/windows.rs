@@ -134,6 +134,9 @@ fn helper() {
         }
         // Start a grandchild that writes a file after a while, then wait.
         "grandchild" => {
+            // Says it runs (beside the witness), for a test that must not
+            // act before the command exists.
+            let _ = fs::write(format!("{}.started", arg(1)), b"");
             let (argv, _) = helper_args("");
             let mut child = Command::new(&argv[0])
                 .args(&argv[1..])
@@ -806,6 +809,18 @@ fn url_killed_holder(service: &Service) {
         &format!("grandchild|{}|3000", witness.display()),
     ));
     wait_url_held(&url);
+    // The lock can show held before the command exists (a waiting
+    // record): kill lockrun only once the command and its grandchild run.
+    let started = dir.path().join("survived.started");
+    let waiting = Instant::now();
+    while !started.exists() {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(20),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     holder.kill().expect("kill lockrun");
     let _ = holder.wait();
     let start = Instant::now();
@@ -816,11 +831,16 @@ fn url_killed_holder(service: &Service) {
         "the lock of a killed lockrun took {:?} to end",
         start.elapsed()
     );
-    std::thread::sleep(Duration::from_millis(3500));
-    assert!(
-        !witness.exists(),
-        "the grandchild outlived the killed lockrun"
-    );
+    // Long past the grandchild's 3 s, even when a loaded Wine starts it
+    // late: a survivor writes its witness meanwhile.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(8) {
+        assert!(
+            !witness.exists(),
+            "the grandchild outlived the killed lockrun"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// One Redis command over RESP, for taking a lock away server side.
