@@ -280,11 +280,10 @@ pub const KILL_SIGNAL: i32 = libc::SIGKILL;
 /// messages and the record say which.
 pub const STOPS_BY_SIGNALS: bool = true;
 
-/// How a stop of the command and all it started is told in messages.
-pub fn stop_described(grace: &str) -> String {
-    format!(
-        "was sent SIGTERM with every process it started (and SIGKILL if it still ran {grace} later)"
-    )
+/// How a stop of the command and all it started is told where it is not
+/// signals (Windows); the run flow words the signals' own stop itself.
+pub fn stop_described() -> &'static str {
+    "was sent SIGTERM with every process it started"
 }
 
 /// Blocks until our child `pid` has exited, without reaping it: while it

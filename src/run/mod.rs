@@ -460,12 +460,22 @@ fn release<H: Held>(
     stopped: Option<Stopped>,
 ) -> Option<(Ending, Event)> {
     if let Err(reason) = held.release() {
-        crate::say!(
-            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, {}",
-            persona::name(),
-            flow.label,
-            platform::stop_described(&display::span(flow.settings.kill_grace))
-        );
+        if platform::STOPS_BY_SIGNALS {
+            crate::say!(
+                "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM with every process it started (and SIGKILL if it still ran {} later)",
+                persona::name(),
+                flow.label,
+                display::span(flow.settings.kill_grace)
+            );
+        } else {
+            // Windows: the job was ended (platform::windows::stop_all).
+            crate::say!(
+                "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, {}",
+                persona::name(),
+                flow.label,
+                platform::stop_described()
+            );
+        }
         return Some((Ending::Status(exit_codes::LOCK_LOST), Event::Lost));
     }
     let stopped = stopped?;

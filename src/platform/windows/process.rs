@@ -87,8 +87,8 @@ pub fn stop_all(
 }
 
 /// How a stop is told in messages: what [`stop_all`] does here.
-pub fn stop_described(_grace: &str) -> String {
-    "was ended with every process it started (TerminateJobObject on its job)".to_owned()
+pub fn stop_described() -> &'static str {
+    "was ended with every process it started (TerminateJobObject on its job)"
 }
 
 /// The processes the command started, besides itself: the job holds them
