@@ -49,7 +49,7 @@ cleanup() {
   for pid in "${server_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "${PG_DATA:-}" ] && [ -d "$PG_DATA" ]; then
     setpriv --reuid=65534 --regid=65534 --clear-groups \
-      pg_ctl -D "$PG_DATA" -m immediate stop >/dev/null 2>&1 || true
+      "$pg_bin/pg_ctl" -D "$PG_DATA" -m immediate stop >/dev/null 2>&1 || true
   fi
   rm -rf "$WINEPREFIX" "$SERVERS"
 }
@@ -109,7 +109,8 @@ pg_port=
 pg_bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
 [ -n "$pg_bin" ] || pg_bin="$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")"
 if [ -x "$pg_bin/initdb" ] && command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
-  # PostgreSQL refuses to run as root: as nobody, trusting loopback.
+  # PostgreSQL refuses to run as root: as nobody (its log in the directory
+  # nobody owns), trusting loopback.
   pg_port="$(free_port)"
   PG_DATA="$SERVERS/pg"
   mkdir -p "$PG_DATA" "$SERVERS/pgsock"
@@ -119,7 +120,7 @@ if [ -x "$pg_bin/initdb" ] && command -v setpriv >/dev/null && [ "$(id -u)" = 0 
     setpriv --reuid=65534 --regid=65534 --clear-groups \
       "$pg_bin/initdb" -U postgres -A trust --no-sync -D "$PG_DATA" >"$SERVERS/initdb.log" 2>&1 &&
       setpriv --reuid=65534 --regid=65534 --clear-groups \
-        "$pg_bin/pg_ctl" -D "$PG_DATA" -l "$SERVERS/pg.log" -w -o \
+        "$pg_bin/pg_ctl" -D "$PG_DATA" -l "$SERVERS/pgsock/pg.log" -w -o \
         "-c listen_addresses=127.0.0.1 -p $pg_port -k $SERVERS/pgsock -c fsync=off" start >/dev/null
   ) &
   pg_job=$!
@@ -139,7 +140,7 @@ rm -f "$WINEPREFIX.log"
 wait_port "$redis_port" || { cat "$SERVERS/redis.log"; exit 1; }
 if [ -n "$etcd_port" ]; then wait_port "$etcd_port" || { cat "$SERVERS/etcd.log"; exit 1; }; fi
 if [ -n "$pg_port" ]; then
-  wait "$pg_job" || { cat "$SERVERS"/initdb.log "$SERVERS"/pg.log; exit 1; }
+  wait "$pg_job" || { cat "$SERVERS"/initdb.log "$SERVERS"/pgsock/pg.log; exit 1; }
 fi
 
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine

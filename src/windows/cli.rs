@@ -60,7 +60,10 @@ Usage: lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
        lockrun list [--json] DIR|LOCKFILE...
 
 Runs COMMAND while holding a lock on LOCKFILE (LockFileEx on one byte past
-the holder record), and tells who holds it.
+the holder record), and tells who holds it. LOCKFILE may be a lock URL in a
+build with them: etcd://HOST:PORT/NAME, postgres://...#NAME,
+redis://HOST:PORT#NAME (exclusive; --ttl, --kill-grace and each backend's
+options, such as --cacert, --cert, --key and --user, as on Linux).
 
 Options:
   -x, -e, --exclusive        exclusive lock (default)
@@ -74,6 +77,7 @@ Options:
       --no-record            do not write the holder record
       --slots N              run when fewer than N commands hold the lock
       --max-time DUR         end the command and all it started after DUR (exit 124)
+      --ttl DUR              a lock URL's lease (default 10s)
   -h, --help                 print this help
   -V, --version              print the version
 
