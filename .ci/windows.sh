@@ -20,11 +20,15 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s (%ss)\n' "$*" "$SECONDS"; }
 SECONDS=0
 TARGET=x86_64-pc-windows-gnu
+# lockrun.exe as users get it with lock URLs: every backend whose client
+# builds for Windows (all three do).
+FEATURES=etcd,postgres,redis
 
 missing=()
 command -v x86_64-w64-mingw32-gcc >/dev/null || missing+=(gcc-mingw-w64-x86-64)
 command -v wine >/dev/null || missing+=(wine wine64)
 command -v python3 >/dev/null || missing+=(python3)
+command -v redis-server >/dev/null || missing+=(redis-server)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -37,9 +41,17 @@ rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGE
 export WINEDEBUG=-all
 WINEPREFIX="$(mktemp -d /tmp/lockrun-wine.XXXXXX)"
 export WINEPREFIX
+SERVERS="$(mktemp -d /tmp/lockrun-win-servers.XXXXXX)"
+server_pids=()
 cleanup() {
   wineserver -k >/dev/null 2>&1 || true
-  rm -rf "$WINEPREFIX"
+  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${server_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "${PG_DATA:-}" ] && [ -d "$PG_DATA" ]; then
+    setpriv --reuid=65534 --regid=65534 --clear-groups \
+      "$pg_bin/pg_ctl" -D "$PG_DATA" -m immediate stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$WINEPREFIX" "$SERVERS"
 }
 trap cleanup EXIT
 
@@ -52,35 +64,105 @@ step "Wine prefix $WINEPREFIX (in the background, while cargo builds)"
 ) >"$WINEPREFIX.log" 2>&1 &
 prefix_job=$!
 
-step "cargo clippy --target $TARGET"
+# A free loopback port (the kernel picks it; a server started right
+# after takes it, and a start that loses it fails loudly below).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Waits until something answers on 127.0.0.1:$1 (at most 20 s).
+wait_port() {
+  python3 - "$1" <<'PY'
+import socket, sys, time
+end = time.time() + 20
+while time.time() < end:
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.5).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.1)
+sys.exit(1)
+PY
+}
+
+# The lock URL services, Linux processes on loopback ports: Wine's
+# processes use the host's sockets, so lockrun.exe reaches them. Started
+# while cargo builds; tests/windows.rs gets their URLs by environment.
+step "Redis, etcd and PostgreSQL for the lock URL tests (in the background)"
+port="$(free_port)"
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+  --dir "$SERVERS" >"$SERVERS/redis.log" 2>&1 &
+server_pids+=($!)
+export LOCKRUN_WIN_REDIS_URL="redis://127.0.0.1:$port"
+redis_port=$port
+etcd_port=
+if command -v etcd >/dev/null; then
+  etcd_port="$(free_port)"
+  peer_port="$(free_port)"
+  etcd --name win --data-dir "$SERVERS/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "win=http://127.0.0.1:$peer_port" >"$SERVERS/etcd.log" 2>&1 &
+  server_pids+=($!)
+  export LOCKRUN_WIN_ETCD_URL="etcd://127.0.0.1:$etcd_port"
+fi
+pg_port=
+pg_bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
+[ -n "$pg_bin" ] || pg_bin="$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")"
+if [ -x "$pg_bin/initdb" ] && command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
+  # PostgreSQL refuses to run as root: as nobody (its log in the directory
+  # nobody owns), trusting loopback.
+  pg_port="$(free_port)"
+  PG_DATA="$SERVERS/pg"
+  mkdir -p "$PG_DATA" "$SERVERS/pgsock"
+  chown 65534:65534 "$PG_DATA" "$SERVERS/pgsock"
+  chmod 755 "$SERVERS"
+  (
+    setpriv --reuid=65534 --regid=65534 --clear-groups \
+      "$pg_bin/initdb" -U postgres -A trust --no-sync -D "$PG_DATA" >"$SERVERS/initdb.log" 2>&1 &&
+      setpriv --reuid=65534 --regid=65534 --clear-groups \
+        "$pg_bin/pg_ctl" -D "$PG_DATA" -l "$SERVERS/pgsock/pg.log" -w -o \
+        "-c listen_addresses=127.0.0.1 -p $pg_port -k $SERVERS/pgsock -c fsync=off" start >/dev/null
+  ) &
+  pg_job=$!
+  export LOCKRUN_WIN_POSTGRES_URL="postgres://postgres@127.0.0.1:$pg_port/postgres"
+fi
+
+step "cargo clippy --target $TARGET (without features, and with $FEATURES)"
 cargo clippy --locked --target "$TARGET" --all-targets -- -D warnings
+cargo clippy --locked --target "$TARGET" --all-targets --features "$FEATURES" -- -D warnings
 
 step "cargo build --target $TARGET --tests (lockrun.exe and tests/windows.rs)"
-cargo test --locked --target "$TARGET" --test windows --no-run
+cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows --no-run
 
 wait "$prefix_job" || { cat "$WINEPREFIX.log"; exit 1; }
 rm -f "$WINEPREFIX.log"
 
+wait_port "$redis_port" || { cat "$SERVERS/redis.log"; exit 1; }
+if [ -n "$etcd_port" ]; then wait_port "$etcd_port" || { cat "$SERVERS/etcd.log"; exit 1; }; fi
+if [ -n "$pg_port" ]; then
+  wait "$pg_job" || { cat "$SERVERS"/initdb.log "$SERVERS"/pgsock/pg.log; exit 1; }
+fi
+
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
 step "tests/windows.rs under Wine"
-cargo test --locked --target "$TARGET" --test windows
+cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows
 
 if [ "${1:-}" = --broken ]; then
-  for broken in no-lock record-after-resume no-kill-on-close; do
+  for broken in no-lock record-after-resume no-kill-on-close no-terminate-job; do
     step "broken variant LOCKRUN_BROKEN=$broken: the suite must fail"
-    if LOCKRUN_BROKEN=$broken cargo test --locked --target "$TARGET" --test windows 2>&1 |
+    if LOCKRUN_BROKEN=$broken cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows 2>&1 |
       grep -E '^test .* FAILED$|^test result'; then :; fi
-    if LOCKRUN_BROKEN=$broken cargo test --locked --target "$TARGET" --test windows >/dev/null 2>&1; then
+    if LOCKRUN_BROKEN=$broken cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows >/dev/null 2>&1; then
       echo "the suite passed on the broken variant $broken" >&2
       exit 1
     fi
   done
   # Back to the real build.
-  cargo test --locked --target "$TARGET" --test windows --no-run
+  cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows --no-run
 fi
 
 step "release build and zip"
-cargo build --locked --release --target "$TARGET"
+cargo build --locked --release --target "$TARGET" --features "$FEATURES"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 dist=target/dist
 name="lockrun-$version-$TARGET"

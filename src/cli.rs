@@ -211,7 +211,7 @@ pub struct RunArgs {
     kill_grace: Option<Duration>,
 
     /// Let up to N commands hold the lock at once (1..1024), each in its own slot (LOCKRUN_SLOT)
-    #[arg(long, value_name = "N", value_hint = ValueHint::Other, value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::backend::file::slots::MAX_SLOTS)), help_heading = "Lock")]
+    #[arg(long, value_name = "N", value_hint = ValueHint::Other, value_parser = clap::value_parser!(u16).range(1..=i64::from(crate::backend::MAX_SLOTS)), help_heading = "Lock")]
     slots: Option<u16>,
 
     /// Also hold LOCKFILE while the command runs (repeatable): all the locks or none, taken in one
@@ -1246,7 +1246,7 @@ fn run_invocation(
     if args.slots.is_some() && args.skip_if_succeeded_within.is_some() {
         return Err(usage(&format!(
             "--skip-if-succeeded-within cannot be used with --slots: {}",
-            crate::backend::file::slots::NO_ONE_LAST_RUN
+            crate::backend::NO_ONE_LAST_RUN
         )));
     }
     // The rule is "exactly one of the contenders runs, decided from the

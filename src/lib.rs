@@ -27,9 +27,11 @@
 //! - `report` prints `holder`/`check`'s answer, `inspect::Report`, which
 //!   every backend's inspection fills; the run path never reaches a
 //!   backend's inspection, the registry or `report`.
-//! - `windows` (Windows only): lockrun.exe's run form, `holder` and
-//!   `check`, in place of `cli`, `run`, `backend`, `registry` and `inspect`,
-//!   which are Unix-only for now.
+//! - `windows` (Windows only): lockrun.exe's command line and dispatch, in
+//!   place of `cli` and `main`'s; its own run form, `holder` and `check` on
+//!   a lock file (the Unix file backend, `backend::file`, is not built
+//!   there); and lock URLs through `registry` and the one run flow, as on
+//!   Linux (`platform::windows` gives the facade's names there).
 //! - Below them all: `record`, `identity`, `display`, `sanitize`, `mode`,
 //!   `persona`, `exit_codes`, `sync` (state shared with watcher threads),
 //!   and `platform`, the one place for operating-system specifics (with
@@ -48,7 +50,6 @@ macro_rules! say {
     }};
 }
 
-#[cfg(unix)]
 pub mod backend;
 #[cfg(unix)]
 pub mod cli;
@@ -57,19 +58,14 @@ pub mod exit_codes;
 #[cfg(unix)]
 pub mod generate;
 pub mod identity;
-#[cfg(unix)]
 pub mod inspect;
 pub mod mode;
-#[cfg(unix)]
 pub mod observe;
 pub mod persona;
 pub mod platform;
 pub mod record;
-#[cfg(unix)]
 pub mod registry;
-#[cfg(unix)]
 pub mod report;
-#[cfg(unix)]
 pub mod run;
 pub mod sanitize;
 pub mod sync;

@@ -506,6 +506,37 @@ pub struct ChildRecord {
     start_seen: AtomicU64,
 }
 
+/// The child-side record's name on Windows, where it has no moment to be
+/// written in: the command starts suspended and lockrun writes the whole
+/// record itself, so no backend there gives the command a record to write
+/// (`Held::child_record_fd` is `None`) and the run flow drops this once the
+/// lock is taken. It keeps the run flow one code path on every OS.
+#[cfg(windows)]
+pub struct ChildRecord;
+
+#[cfg(windows)]
+impl ChildRecord {
+    pub fn new(_without_pid: &Record, _path_for_messages: &str) -> ChildRecord {
+        ChildRecord
+    }
+
+    /// No slot to stamp: the run flow builds the record anew (and drops it).
+    pub fn stamp_acquired_at(&mut self, _when: &str) -> bool {
+        false
+    }
+
+    pub fn start_seen(&self) -> Option<u64> {
+        None
+    }
+
+    pub fn write_from_child(
+        &self,
+        _fd: crate::platform::BorrowedFd<'_>,
+        _before: Option<crate::platform::BeforeStart>,
+    ) {
+    }
+}
+
 /// Stands for `acquired_at` in a record built before the lock is taken:
 /// the width of every time [`crate::display::now_rfc3339`] writes.
 pub const ACQUIRED_AT_SLOT: &str = "0000-00-00T00:00:00.000Z";

@@ -157,7 +157,15 @@ macro_rules! lock_urls {
         /// its service answers, and a probe cannot help when it does not.
         pub fn look_up(target: &LockTarget, want_holders: bool, probe: bool) -> Result<Report, Failure> {
             match target {
+                #[cfg(unix)]
                 LockTarget::File(path) => backend::file::inspect::look_up(path, want_holders, probe),
+                // lockrun.exe looks lock files up itself (src/windows/inspect.rs):
+                // the Unix file backend is not built there.
+                #[cfg(not(unix))]
+                LockTarget::File(path) => {
+                    let _ = (want_holders, probe);
+                    Err(Failure::new(crate::exit_codes::USAGE, format!("{} is not a lock URL", path.display())))
+                }
                 $(LockTarget::$variant(url) => backend::$module::entry::look_up(url),)*
             }
         }

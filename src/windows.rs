@@ -7,6 +7,7 @@
 mod cli;
 mod inspect;
 mod run;
+mod urls;
 
 // The dispatch lives here, above the three: `cli` only parses, so that
 // cli -> run -> cli is no cycle (tests/layering.rs).
@@ -14,13 +15,17 @@ pub fn main() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let result = cli::parse(args).and_then(|invocation| match invocation {
         cli::Invocation::Run(opts) => run::run(&opts),
-        cli::Invocation::Holder { json, paths } => Ok(inspect::holder(json, &paths)),
+        // The one run flow, as on Linux (src/run/, through the registry).
+        cli::Invocation::UrlRun(opts) => {
+            crate::registry::run(&opts).map(|ending| i32::from(ending.status()))
+        }
+        cli::Invocation::Holder { json, paths } => Ok(urls::holder(json, &paths)),
         cli::Invocation::Check {
             json,
             quiet,
             probe,
             path,
-        } => Ok(inspect::check(json, quiet, probe, &path)),
+        } => urls::check(json, quiet, probe, &path),
         cli::Invocation::List { json, paths } => Ok(inspect::list(json, &paths)),
         cli::Invocation::Done => Ok(0),
     });

@@ -134,6 +134,9 @@ fn helper() {
         }
         // Start a grandchild that writes a file after a while, then wait.
         "grandchild" => {
+            // Says it runs (beside the witness), for a test that must not
+            // act before the command exists.
+            let _ = fs::write(format!("{}.started", arg(1)), b"");
             let (argv, _) = helper_args("");
             let mut child = Command::new(&argv[0])
                 .args(&argv[1..])
@@ -223,9 +226,14 @@ fn crowd_counter(with_lock: bool) -> (u64, usize) {
             }
         })
         .collect();
-    for mut child in children {
-        let st = child.wait().expect("wait");
-        assert!(st.success(), "a run failed: {st:?}");
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "a run failed: {:?}: {}",
+            out.status,
+            stderr(&out)
+        );
     }
     let n = fs::read_to_string(&counter)
         .ok()
@@ -584,5 +592,530 @@ fn a_directory_a_hard_link_and_a_symbolic_link_are_refused() {
         // Creating one needs a privilege (or developer mode) on Windows;
         // the refusal is still checked wherever one can be made.
         Err(e) => eprintln!("SKIPPED: the symbolic-link case (cannot make one here: {e})"),
+    }
+}
+
+// ---------------------------------------------------------------------
+// Lock URLs (a build with --features etcd,postgres,redis): the servers are
+// Linux processes .ci/windows.sh starts on loopback ports (Wine's
+// processes use the host's sockets), their URLs passed by environment. A
+// test without its URL says SKIPPED loudly, and fails under
+// LOCKRUN_TEST_REQUIRE_ALL (CI sets it).
+
+/// One lock URL service under test.
+struct Service {
+    name: &'static str,
+    /// `redis://127.0.0.1:PORT`, `etcd://127.0.0.1:PORT`,
+    /// `postgres://USER@127.0.0.1:PORT/DB`.
+    base: String,
+}
+
+impl Service {
+    fn from_env(name: &'static str, var: &str) -> Option<Service> {
+        match std::env::var(var) {
+            Ok(base) if !base.is_empty() => Some(Service { name, base }),
+            _ => {
+                let line = format!(
+                    "*** SKIPPED: {name} lock URL tests: {var} is not set (.ci/windows.sh starts the server and sets it) ***"
+                );
+                eprintln!("{line}");
+                if std::env::var_os("LOCKRUN_TEST_REQUIRE_ALL").is_some() {
+                    panic!("LOCKRUN_TEST_REQUIRE_ALL is set: {line}");
+                }
+                None
+            }
+        }
+    }
+
+    /// The lock URL of lock `name`, unique to this test process.
+    fn url(&self, name: &str) -> String {
+        let name = format!("win-{}-{name}", std::process::id());
+        match self.name {
+            "etcd" => format!("{}/{name}", self.base),
+            _ => format!("{}#{name}", self.base),
+        }
+    }
+
+    /// The lock's name inside the URL.
+    fn lock_name(url: &str) -> &str {
+        url.rsplit(['#', '/']).next().unwrap_or_default()
+    }
+}
+
+fn redis() -> Option<Service> {
+    Service::from_env("Redis", "LOCKRUN_WIN_REDIS_URL")
+}
+
+fn etcd() -> Option<Service> {
+    Service::from_env("etcd", "LOCKRUN_WIN_ETCD_URL")
+}
+
+fn postgres() -> Option<Service> {
+    Service::from_env("PostgreSQL", "LOCKRUN_WIN_POSTGRES_URL")
+}
+
+/// `lockrun ARGS... URL <this binary as helper WHAT>`.
+fn url_run(args: &[&str], url: &str, what: &str) -> Command {
+    let mut c = lockrun();
+    let (argv, what) = helper_args(what);
+    c.args(args).arg(url).arg("--").args(argv).env(HELPER, what);
+    c
+}
+
+fn check_url(url: &str) -> i32 {
+    let mut c = lockrun();
+    c.args(["check", "-q", url]);
+    status(c)
+}
+
+/// Waits until `check` on the URL says held.
+fn wait_url_held(url: &str) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if check_url(url) == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{url} never became held");
+}
+
+/// The same crowd as `crowd_counter`, on a lock URL.
+fn url_crowd(service: &Service) {
+    let dir = tmp();
+    let url = service.url("crowd");
+    let counter = dir.path().join("counter");
+    let what = format!("increment|{}", counter.display());
+    let children: Vec<Child> = (0..CROWD)
+        .map(|_| spawn(url_run(&[], &url, &what)))
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success(), "a run failed: {}", stderr(&out));
+    }
+    let n: u64 = fs::read_to_string(&counter)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let overlaps = fs::read_to_string(counter.with_extension("overlaps"))
+        .unwrap_or_default()
+        .len();
+    assert_eq!(
+        (n, overlaps),
+        (CROWD as u64, 0),
+        "{}: counter and overlaps",
+        service.name
+    );
+}
+
+/// `-n` on a held URL: 75, naming the holder (its command's pid, as the
+/// record in the service has it); `holder` and `check` while held and after.
+fn url_conflict_holder_check(service: &Service) {
+    let url = service.url("busy");
+    let holder = spawn(url_run(&[], &url, "sleep|4000"));
+    wait_url_held(&url);
+    let mut c = lockrun();
+    c.args(["-n", &url, "--", "cmd", "/c", "exit 0"]);
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("held by") && said.contains("pid "), "{said}");
+    let mut c = lockrun();
+    c.args(["holder", &url]);
+    let shown = output(c);
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let text = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(text.contains("pid "), "holder said: {text}");
+    let mut c = lockrun();
+    c.args(["check", "--json", &url]);
+    let checked = output(c);
+    assert_eq!(checked.status.code(), Some(0), "{}", stderr(&checked));
+    let report: serde_json::Value =
+        serde_json::from_slice(&checked.stdout).expect("check --json is JSON");
+    assert_eq!(report["state"], "held", "{report}");
+    let out = holder.wait_with_output().expect("the holder ends");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(check_url(&url), 1, "free once the holder has released");
+}
+
+fn url_exit_code(service: &Service) {
+    let url = service.url("exit");
+    let out = output(url_run(&[], &url, "exit|7"));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let out = output(url_run(&[], &url, "exit|0"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn url_max_time(service: &Service) {
+    let dir = tmp();
+    let url = service.url("max");
+    let witness = dir.path().join("survived");
+    let start = Instant::now();
+    let out = output(url_run(
+        &["--max-time", "1s"],
+        &url,
+        &format!("grandchild|{}|2500", witness.display()),
+    ));
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(!witness.exists(), "the grandchild outlived --max-time");
+    assert_eq!(check_url(&url), 1, "released after --max-time");
+}
+
+/// The lock is taken away on the server while the command and a
+/// grandchild run: lockrun ends the whole job and exits 76 (Linux's
+/// status for a lost lock), the grandchild never writes its witness, and
+/// the next holder, who got the lock meanwhile, keeps it: the loser's
+/// release does not take it.
+fn url_kill_on_loss(url: &str, take_away: impl Fn(&str)) {
+    let url = url.to_owned();
+    let dir = tmp();
+    let witness = dir.path().join("survived");
+    let first = spawn(url_run(
+        &["--ttl", "2s"],
+        &url,
+        &format!("grandchild|{}|4000", witness.display()),
+    ));
+    wait_url_held(&url);
+    let started = Instant::now();
+    take_away(&url);
+    let second = spawn(url_run(&["-w", "20"], &url, "sleep|6000"));
+    let out = first.wait_with_output().expect("the first lockrun ends");
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the loss took {:?} to end the command",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(4500));
+    assert!(!witness.exists(), "the grandchild outlived the lost lock");
+    assert_eq!(check_url(&url), 0, "the second holder keeps the lock");
+    let out = second.wait_with_output().expect("the second lockrun ends");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// lockrun.exe killed while it holds a lock URL: the job's kill-on-close
+/// ends the command and its grandchild (no witness written), and the lock
+/// ends on the server (a lease at its TTL, a session with its
+/// connection), so the next run gets it.
+fn url_killed_holder(service: &Service) {
+    let dir = tmp();
+    let url = service.url("killed");
+    let witness = dir.path().join("survived");
+    let mut holder = spawn(url_run(
+        &["--ttl", "2s"],
+        &url,
+        &format!("grandchild|{}|3000", witness.display()),
+    ));
+    wait_url_held(&url);
+    // The lock can show held before the command exists (a waiting
+    // record): kill lockrun only once the command and its grandchild run.
+    let started = dir.path().join("survived.started");
+    let waiting = Instant::now();
+    while !started.exists() {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(20),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    holder.kill().expect("kill lockrun");
+    let _ = holder.wait();
+    let start = Instant::now();
+    let out = output(url_run(&["-w", "15"], &url, "exit|0"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the lock of a killed lockrun took {:?} to end",
+        start.elapsed()
+    );
+    // Long past the grandchild's 3 s, even when a loaded Wine starts it
+    // late: a survivor writes its witness meanwhile.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(8) {
+        assert!(
+            !witness.exists(),
+            "the grandchild outlived the killed lockrun"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One Redis command over RESP, for taking a lock away server side.
+fn redis_command(base: &str, args: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let addr = base
+        .trim_start_matches("redis://")
+        .split(['/', '#'])
+        .next()
+        .unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to Redis");
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request += &format!("${}\r\n{arg}\r\n", arg.len());
+    }
+    stream.write_all(request.as_bytes()).expect("send to Redis");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut reply = [0u8; 512];
+    let n = stream.read(&mut reply).expect("Redis answers");
+    String::from_utf8_lossy(&reply[..n]).into_owned()
+}
+
+#[test]
+fn redis_url_twenty_concurrent_runs_exclude_each_other() {
+    if let Some(s) = redis() {
+        url_crowd(&s);
+    }
+}
+
+#[test]
+fn redis_url_conflict_is_75_naming_the_holder_and_holder_check_answer() {
+    if let Some(s) = redis() {
+        url_conflict_holder_check(&s);
+    }
+}
+
+#[test]
+fn redis_url_exit_code_passes_through() {
+    if let Some(s) = redis() {
+        url_exit_code(&s);
+    }
+}
+
+#[test]
+fn redis_url_max_time_ends_the_command_and_its_grandchild() {
+    if let Some(s) = redis() {
+        url_max_time(&s);
+    }
+}
+
+#[test]
+fn redis_url_lost_lock_ends_the_whole_job() {
+    if let Some(s) = redis() {
+        let base = s.base.clone();
+        url_kill_on_loss(&s.url("loss"), |url| {
+            let reply = redis_command(&base, &["DEL", Service::lock_name(url)]);
+            assert_eq!(reply, ":1\r\n", "DEL of the lock key");
+        });
+    }
+}
+
+/// One request to etcd's JSON gateway (`/v3/...`), over plain HTTP.
+fn etcd_request(base: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = base
+        .trim_start_matches("etcd://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to etcd");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send to etcd");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// One simple query to PostgreSQL over its wire protocol (trust
+/// authentication, as .ci/windows.sh sets up the server); the reply's raw
+/// bytes.
+fn postgres_query(base: &str, sql: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let rest = base.trim_start_matches("postgres://");
+    let (user, rest) = rest.split_once('@').expect("postgres://USER@HOST:PORT/DB");
+    let (addr, db) = rest.split_once('/').expect("postgres://USER@HOST:PORT/DB");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to PostgreSQL");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut params = Vec::new();
+    for (k, v) in [("user", user), ("database", db)] {
+        params.extend_from_slice(k.as_bytes());
+        params.push(0);
+        params.extend_from_slice(v.as_bytes());
+        params.push(0);
+    }
+    params.push(0);
+    let mut startup = ((params.len() + 8) as u32).to_be_bytes().to_vec();
+    startup.extend_from_slice(&196_608u32.to_be_bytes());
+    startup.extend_from_slice(&params);
+    stream.write_all(&startup).expect("startup");
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until ReadyForQuery ('Z', length 5).
+    while !reply.windows(2).any(|w| w == [b'Z', 0]) {
+        let n = stream.read(&mut buf).expect("PostgreSQL answers");
+        assert!(n > 0, "PostgreSQL closed the connection: {reply:?}");
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let mut query = vec![b'Q'];
+    query.extend_from_slice(&((sql.len() + 5) as u32).to_be_bytes());
+    query.extend_from_slice(sql.as_bytes());
+    query.push(0);
+    stream.write_all(&query).expect("query");
+    let mut answer = Vec::new();
+    loop {
+        let n = stream.read(&mut buf).expect("PostgreSQL answers the query");
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if answer.windows(6).any(|w| w == [b'Z', 0, 0, 0, 5, b'I']) {
+            break;
+        }
+    }
+    answer
+}
+
+#[test]
+fn etcd_url_twenty_concurrent_runs_exclude_each_other() {
+    if let Some(s) = etcd() {
+        url_crowd(&s);
+    }
+}
+
+#[test]
+fn etcd_url_conflict_is_75_naming_the_holder_and_holder_check_answer() {
+    if let Some(s) = etcd() {
+        url_conflict_holder_check(&s);
+    }
+}
+
+#[test]
+fn etcd_url_exit_code_passes_through() {
+    if let Some(s) = etcd() {
+        url_exit_code(&s);
+    }
+}
+
+#[test]
+fn etcd_url_max_time_ends_the_command_and_its_grandchild() {
+    if let Some(s) = etcd() {
+        url_max_time(&s);
+    }
+}
+
+#[test]
+fn etcd_url_lost_lock_ends_the_whole_job() {
+    if let Some(s) = etcd() {
+        let base = s.base.clone();
+        url_kill_on_loss(&s.url("loss"), |url| {
+            // The lock's keys are NAME/LEASE: every key under NAME/.
+            let name = Service::lock_name(url);
+            let body = format!(
+                "{{\"key\":\"{}\",\"range_end\":\"{}\"}}",
+                base64(format!("{name}/").as_bytes()),
+                base64(format!("{name}0").as_bytes())
+            );
+            let reply = etcd_request(&base, "/v3/kv/deleterange", &body);
+            assert!(reply.contains("\"deleted\":\"1\""), "deleterange: {reply}");
+        });
+    }
+}
+
+#[test]
+fn postgres_url_twenty_concurrent_runs_exclude_each_other() {
+    if let Some(s) = postgres() {
+        url_crowd(&s);
+    }
+}
+
+#[test]
+fn postgres_url_conflict_is_75_naming_the_holder_and_holder_check_answer() {
+    if let Some(s) = postgres() {
+        url_conflict_holder_check(&s);
+    }
+}
+
+#[test]
+fn postgres_url_exit_code_passes_through() {
+    if let Some(s) = postgres() {
+        url_exit_code(&s);
+    }
+}
+
+#[test]
+fn postgres_url_max_time_ends_the_command_and_its_grandchild() {
+    if let Some(s) = postgres() {
+        url_max_time(&s);
+    }
+}
+
+#[test]
+fn postgres_url_lost_lock_ends_the_whole_job() {
+    if let Some(s) = postgres() {
+        let base = s.base.clone();
+        // Its own application_name, so that only this test's holder is
+        // ended (the other tests' sessions run beside it).
+        let app = format!("win-loss-{}", std::process::id());
+        let url = format!(
+            "{base}?application_name={app}#win-{}-loss",
+            std::process::id()
+        );
+        url_kill_on_loss(&url, |_url| {
+            // The holder's session, ended by the server, as a failover or
+            // an administrator would.
+            let answer = postgres_query(
+                &base,
+                &format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE locktype = 'advisory' AND granted AND application_name = '{app}'"
+                ),
+            );
+            assert!(
+                answer.windows(2).any(|w| w == [1, b't']),
+                "pg_terminate_backend: {}",
+                String::from_utf8_lossy(&answer)
+            );
+        });
+    }
+}
+
+#[test]
+fn redis_url_killed_lockrun_ends_its_command_and_frees_the_lock() {
+    if let Some(s) = redis() {
+        url_killed_holder(&s);
+    }
+}
+
+#[test]
+fn etcd_url_killed_lockrun_ends_its_command_and_frees_the_lock() {
+    if let Some(s) = etcd() {
+        url_killed_holder(&s);
+    }
+}
+
+#[test]
+fn postgres_url_killed_lockrun_ends_its_command_and_frees_the_lock() {
+    if let Some(s) = postgres() {
+        url_killed_holder(&s);
     }
 }

@@ -9,6 +9,9 @@
 //! generic over the backend, so the file path compiles to what it was.
 
 pub mod etcd;
+// The Unix file lock (flock(2), OFD locks, /proc): lockrun.exe's own file
+// run is src/windows/run.rs for now (LockFileEx on one byte).
+#[cfg(unix)]
 pub mod file;
 #[cfg(feature = "lock-urls")]
 pub mod lost;
@@ -104,6 +107,16 @@ pub fn check_lock_name(name: &str, shown: &str, how: &str) -> Result<(), String>
     }
     Ok(())
 }
+
+/// The most slots one lock can have, on any backend (a lock file's waiting
+/// head holds a descriptor and a thread per slot).
+pub const MAX_SLOTS: u16 = 1024;
+
+/// Why `--skip-if-succeeded-within` cannot go with `--slots`, on any lock
+/// (here, not in the file backend's `slots`, so that every backend and the
+/// command line on every OS name it from the seam).
+pub const NO_ONE_LAST_RUN: &str =
+    "each slot keeps its own record, so there is no one last run of the lock to go by";
 
 /// A lock URL's lease or session check period, when `--ttl` is not given.
 pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -234,7 +247,7 @@ impl Capabilities {
         if asked.skip_recent && asked.slots {
             return Err(format!(
                 "--skip-if-succeeded-within cannot be used with --slots: {}",
-                crate::backend::file::slots::NO_ONE_LAST_RUN
+                NO_ONE_LAST_RUN
             ));
         }
         if let (true, Err(why)) = (asked.skip_recent, self.last_record) {

@@ -11,8 +11,14 @@
 //! caller's `late`, on that thread, so a lock got too late is let go of
 //! rather than kept by nobody.
 
+#[cfg(unix)]
 use super::threads::{interrupt_helper, spawn_helper};
+// Windows' bell is a condition variable (no signal handler rings it), and
+// its helpers cannot be interrupted: see platform::windows::threads.
+#[cfg(windows)]
+use super::windows::{Bell, interrupt_helper, spawn_helper};
 use std::io;
+#[cfg(unix)]
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,11 +38,13 @@ const ROUND: Duration = Duration::from_millis(10);
 /// signal handler ever blocks writing to it. Helpers hold it through an
 /// `Arc`: one left behind keeps it open, so it never writes to a closed
 /// (or reused) descriptor.
+#[cfg(unix)]
 pub struct Bell {
     read: OwnedFd,
     write: OwnedFd,
 }
 
+#[cfg(unix)]
 impl Bell {
     #[cfg(not(target_vendor = "apple"))]
     pub fn new() -> io::Result<Bell> {
@@ -299,7 +307,7 @@ impl Abandoned {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};

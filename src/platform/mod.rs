@@ -25,6 +25,26 @@ pub mod windows;
 pub use windows::{
     FileExt, boot_id, exit_signal, host_name, link_count, pid_namespace, process_state, user_id,
 };
+// The rest of the facade on Windows: the same names and signatures as on
+// Unix (descriptors, credential and metrics files, helper threads, the
+// command's start, wait and stop through its job object, no signals), so
+// that the one run flow and the lock URL backends build there unchanged.
+#[cfg(windows)]
+pub use windows::{
+    AsFd, AsRawFd, BeforeStart, BorrowedFd, ChildLink, CommandLine, KILL_SIGNAL, NotRead, OwnedFd,
+    RawFd, STOP_SIGNAL, STOPS_BY_SIGNALS, Target, Watchdog, adopt_orphans, before_start,
+    block_signals_on_this_thread, create_new, descendants, die_with_parent, duplicate_above_stdio,
+    file_id, group_kept_with_command, ignore_broken_pipes, interrupt_helper, leave_command_group,
+    open_regular, open_without_waiting, others_may_access, own_start_time_since,
+    own_start_time_without_allocating, permission_bits, process_start_time, read_regular, reap,
+    same_file, send_datagram, set_permission_bits, signals, socket_fds, spawn_helper,
+    start_command, stop_all, stop_described, terminal_columns, tolerating_file_size_limit,
+    wait_for_hang_up, wait_reaping_orphans, wait_until_exited, watchdog_pid, with_signals_blocked,
+};
+#[cfg(windows)]
+mod helpers;
+#[cfg(windows)]
+pub use helpers::{ANSWERED, Helpers};
 
 // Descriptors and the small facts of the process and the system: the same
 // names on every OS (Windows' are in `windows`).
@@ -80,8 +100,8 @@ pub use helpers::{ANSWERED, Bell, Helpers};
 pub use keeper::Keeper;
 #[cfg(unix)]
 pub use process::{
-    KILL_SIGNAL, STOP_SIGNAL, Target, group_kept_with_command, leave_command_group, reap, stop_all,
-    wait_exited, wait_until_exited,
+    KILL_SIGNAL, STOP_SIGNAL, STOPS_BY_SIGNALS, Target, group_kept_with_command,
+    leave_command_group, reap, stop_all, stop_described, wait_exited, wait_until_exited,
 };
 #[cfg(unix)]
 pub use spawn::{CommandLine, die_with_parent, start_command};

@@ -276,6 +276,15 @@ fn has_controlling_terminal() -> bool {
 /// the grace.
 pub const STOP_SIGNAL: i32 = libc::SIGTERM;
 pub const KILL_SIGNAL: i32 = libc::SIGKILL;
+/// Whether a stop is signals (here) or a job ended at once (Windows): the
+/// messages and the record say which.
+pub const STOPS_BY_SIGNALS: bool = true;
+
+/// How a stop of the command and all it started is told where it is not
+/// signals (Windows); the run flow words the signals' own stop itself.
+pub fn stop_described() -> &'static str {
+    "was sent SIGTERM with every process it started"
+}
 
 /// Blocks until our child `pid` has exited, without reaping it: while it
 /// is a zombie its pid cannot be reused, so it may still be looked at, and

@@ -13,6 +13,33 @@
 //! then the command's thread resumes: the record is complete before the
 //! command runs, as the child-side writer makes it on Linux.
 
+mod fds;
+mod files;
+mod process;
+// The run flow's signal handling, under its name (`platform::signals`).
+pub mod signals;
+mod threads;
+
+pub use fds::{
+    AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd, duplicate_above_stdio, socket_fds, terminal_columns,
+    wait_for_hang_up,
+};
+pub use files::{
+    NotRead, create_new, file_id, open_regular, open_without_waiting, others_may_access,
+    permission_bits, read_regular, same_file, send_datagram, set_permission_bits,
+};
+pub use process::{
+    BeforeStart, ChildLink, CommandLine, KILL_SIGNAL, STOP_SIGNAL, STOPS_BY_SIGNALS, Target,
+    Watchdog, adopt_orphans, before_start, descendants, die_with_parent, group_kept_with_command,
+    leave_command_group, own_start_time_since, own_start_time_without_allocating,
+    process_start_time, reap, start_command, stop_all, stop_described, wait_reaping_orphans,
+    wait_until_exited, watchdog_pid,
+};
+pub use threads::{
+    Bell, block_signals_on_this_thread, ignore_broken_pipes, interrupt_helper, spawn_helper,
+    tolerating_file_size_limit, with_signals_blocked,
+};
+
 use crate::platform::ProcessState;
 use std::ffi::c_void;
 use std::fs::File;
@@ -174,7 +201,7 @@ pub fn process_state(pid: i32) -> ProcessState {
 }
 
 /// A deliberately broken build, for showing that tests/windows.rs can fail
-/// (`LOCKRUN_BROKEN=no-lock|record-after-resume|no-kill-on-close` at build
+/// (`LOCKRUN_BROKEN=no-lock|record-after-resume|no-kill-on-close|no-terminate-job` at build
 /// time; .ci/windows.sh --broken does it). Empty in every real build.
 const BROKEN: &str = match option_env!("LOCKRUN_BROKEN") {
     Some(s) => s,

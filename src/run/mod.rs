@@ -9,6 +9,7 @@
 //! beside a running one.
 
 pub mod command;
+#[cfg(unix)]
 pub mod fd_mode;
 pub mod progress;
 // Signals are the platform's (forwarding happens inside the handler);
@@ -20,6 +21,7 @@ pub mod wait;
 
 pub use command::{Ending, report_spawn_failure, wait_for_command};
 
+#[cfg(unix)]
 use crate::backend::file::lock::LockSpec;
 use crate::backend::{Backend, Held, RunSettings};
 use crate::display;
@@ -33,13 +35,16 @@ use crate::record::{self, ChildRecord, Exit, Record};
 use platform::AsRawFd;
 use progress::Progress;
 use std::ffi::{OsStr, OsString};
+#[cfg(unix)]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use supervise::{Stopped, Supervisor};
 use wait::{NotAcquired, WaitPolicy};
 
-/// The run form on a lock file, as the command line gives it.
+/// The run form on a lock file, as the command line gives it. Unix-only,
+/// with [`run`]: lockrun.exe's file run is src/windows/run.rs for now.
+#[cfg(unix)]
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub path: PathBuf,
@@ -92,6 +97,7 @@ impl Flow<'_> {
 }
 
 /// The run form on a lock file.
+#[cfg(unix)]
 pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
     let mut flow = Flow {
         label: display::escape(&opts.path.to_string_lossy()),
@@ -140,6 +146,7 @@ pub fn run(opts: &RunOptions) -> Result<Ending, Failure> {
 /// A lock that could not even be opened (an unsafe lock file, a directory
 /// lockrun may not create it in): the monitoring still hears of the run,
 /// as an `error`, rather than seeing nothing at all.
+#[cfg(unix)]
 fn unopened<B>(opened: Result<B, Failure>, flow: &Flow) -> Result<B, Failure> {
     if let (Err(failure), Some(observers)) = (&opened, &flow.settings.observe) {
         Watch::begin(observers, flow.lock_name()).ended(
@@ -154,6 +161,7 @@ fn unopened<B>(opened: Result<B, Failure>, flow: &Flow) -> Result<B, Failure> {
 /// `path` as the command's environment and the records name it: only a
 /// relative path needs the working directory (the record asks for it on
 /// its own), so /var/lock/x costs no getcwd.
+#[cfg(unix)]
 fn absolute(path: &std::path::Path) -> PathBuf {
     match path.is_relative() {
         true => match std::env::current_dir() {
@@ -452,12 +460,22 @@ fn release<H: Held>(
     stopped: Option<Stopped>,
 ) -> Option<(Ending, Event)> {
     if let Err(reason) = held.release() {
-        crate::say!(
-            "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM with every process it started (and SIGKILL if it still ran {} later)",
-            persona::name(),
-            flow.label,
-            display::span(flow.settings.kill_grace)
-        );
+        if platform::STOPS_BY_SIGNALS {
+            crate::say!(
+                "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, was sent SIGTERM with every process it started (and SIGKILL if it still ran {} later)",
+                persona::name(),
+                flow.label,
+                display::span(flow.settings.kill_grace)
+            );
+        } else {
+            // Windows: the job was ended (platform::windows::stop_all).
+            crate::say!(
+                "{}: lost the lock {} while the command ran: {reason}; the command (pid {pid}), if it still ran then, {}",
+                persona::name(),
+                flow.label,
+                platform::stop_described()
+            );
+        }
         return Some((Ending::Status(exit_codes::LOCK_LOST), Event::Lost));
     }
     let stopped = stopped?;
@@ -665,7 +683,8 @@ impl Stopped {
     fn exit(&self) -> Exit {
         Exit {
             code: None,
-            signal: Some(self.last_signal),
+            // A job ended on Windows has no signal to record.
+            signal: platform::STOPS_BY_SIGNALS.then_some(self.last_signal),
             max_time: Some(display::span(self.limit)),
         }
     }

@@ -28,6 +28,18 @@ pub struct Stopped {
 
 impl Stopped {
     pub fn describe(&self) -> String {
+        if !platform::STOPS_BY_SIGNALS {
+            let pids: Vec<String> = self
+                .stopped
+                .iter()
+                .map(|(pid, _)| pid.to_string())
+                .collect();
+            return format!(
+                "the command ran for --max-time {}: ended pid {} and every process it started (TerminateJobObject on its job)",
+                display::span(self.limit),
+                pids.join(", ")
+            );
+        }
         // A command that kept forking can leave thousands: name the first
         // few and count the rest, so the line stays a line.
         let list = |sig: i32| {

@@ -33,6 +33,8 @@ pub enum Command {
 
 pub enum Invocation {
     Run(RunOptions),
+    /// The run form on a lock URL: the one run flow's (`registry::run`).
+    UrlRun(Box<crate::registry::UrlRun>),
     Holder {
         json: bool,
         paths: Vec<PathBuf>,
@@ -58,7 +60,10 @@ Usage: lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
        lockrun list [--json] DIR|LOCKFILE...
 
 Runs COMMAND while holding a lock on LOCKFILE (LockFileEx on one byte past
-the holder record), and tells who holds it.
+the holder record), and tells who holds it. LOCKFILE may be a lock URL in a
+build with them: etcd://HOST:PORT/NAME, postgres://...#NAME,
+redis://HOST:PORT#NAME (exclusive; --ttl, --kill-grace and each backend's
+options, such as --cacert, --cert, --key and --user, as on Linux).
 
 Options:
   -x, -e, --exclusive        exclusive lock (default)
@@ -72,6 +77,7 @@ Options:
       --no-record            do not write the holder record
       --slots N              run when fewer than N commands hold the lock
       --max-time DUR         end the command and all it started after DUR (exit 124)
+      --ttl DUR              a lock URL's lease (default 10s)
   -h, --help                 print this help
   -V, --version              print the version
 
@@ -228,6 +234,12 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
     let mut slots = None;
     let mut max_time = None;
     let mut shell: Option<OsString> = None;
+    let mut ttl: Option<Duration> = None;
+    let mut kill_grace: Option<Duration> = None;
+    // The lock URL backends' own options (`--cacert`, `--user`, ...), with
+    // their values, for the registry's parser once LOCKFILE is known.
+    let mut url_options: Vec<OsString> = Vec::new();
+    let url_command = crate::registry::augment_run(clap::Command::new("lockrun"));
     let mut lockfile: Option<PathBuf> = None;
     let mut command: Vec<OsString> = Vec::new();
     let mut it = args.into_iter().peekable();
@@ -355,7 +367,31 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
                 // Accepted for scripts shared with Unix: a job is ended at
                 // once (TerminateJobObject), there is no SIGTERM to wait on.
                 let v = value(&mut it, &name)?;
-                duration(&name, &v)?;
+                kill_grace = Some(duration(&name, &v)?);
+            }
+            "--ttl" => {
+                let v = value(&mut it, &name)?;
+                let t = duration(&name, &v)?;
+                if t < Duration::from_secs(1) {
+                    return Err(usage(format!(
+                        "--ttl must be at least 1s (a lease is granted in whole seconds), not '{v}'"
+                    )));
+                }
+                ttl = Some(t);
+            }
+            long if long.starts_with("--")
+                && url_command
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(&long[2..])) =>
+            {
+                let takes_value = url_command
+                    .get_arguments()
+                    .find(|a| a.get_long() == Some(&long[2..]))
+                    .is_some_and(|a| a.get_action().takes_values());
+                url_options.push(OsString::from(long));
+                if takes_value {
+                    url_options.push(OsString::from(value(&mut it, long)?));
+                }
             }
             "--no-fork" => return Err(unix_only("-F/--no-fork")),
             "--unlock" => return Err(unix_only("-u/--unlock (fd mode)")),
@@ -410,6 +446,80 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
     if slots.is_some() && shared_given {
         return Err(usage("-s/--shared and --slots cannot be used together"));
     }
+    let target = crate::registry::LockTarget::parse(lockfile.clone().into_os_string())?;
+    if target.is_url() {
+        let command = match command {
+            Command::Argv(argv) => argv,
+            // cmd.exe parses the string itself; std quotes it as one
+            // argument, which `cmd /c` takes whole.
+            Command::Shell(string) => {
+                let comspec = std::env::var_os("COMSPEC").unwrap_or_else(|| "cmd.exe".into());
+                vec![comspec, "/c".into(), string]
+            }
+        };
+        let settings = crate::backend::RunSettings {
+            command,
+            conflict_status: conflict_exit_code,
+            quiet,
+            verbose,
+            write_record: !no_record,
+            forward_signals: false,
+            max_time: max_time.map(|(limit, _)| limit),
+            kill_grace: kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
+            skip_if_succeeded_within: None,
+            observe: None,
+        };
+        let asked = crate::backend::Asked {
+            shared: shared_given,
+            exec_in_place: false,
+            poll: false,
+            byte_ranges: false,
+            slots: slots.is_some(),
+            skip_recent: false,
+        };
+        let base = crate::backend::UrlBase {
+            nonblocking: timeout == Some(Duration::ZERO),
+            timeout,
+            ttl,
+            slots,
+            settings,
+        };
+        let matches = url_command
+            .no_binary_name(true)
+            .try_get_matches_from(url_options)
+            .map_err(|e| {
+                usage(
+                    e.render()
+                        .to_string()
+                        .trim_end()
+                        .trim_start_matches("error: "),
+                )
+            })?;
+        let url_args = crate::registry::url_args(&matches).map_err(|e| {
+            usage(
+                e.render()
+                    .to_string()
+                    .trim_end()
+                    .trim_start_matches("error: "),
+            )
+        })?;
+        return match crate::registry::url_run(target, &asked, url_args, base) {
+            Ok(run) => Ok(Invocation::UrlRun(Box::new(run))),
+            Err(crate::registry::Refusal::Usage(message)) => Err(usage(message)),
+            Err(crate::registry::Refusal::Failure(failure)) => Err(failure),
+        };
+    }
+    if ttl.is_some() {
+        return Err(usage(
+            "--ttl applies only to lock URLs: a lock file's lock lasts as long as its holder, with no lease to renew",
+        ));
+    }
+    if let Some(option) = url_options.first() {
+        return Err(usage(format!(
+            "{} applies only to lock URLs, not to a lock file",
+            option.to_string_lossy()
+        )));
+    }
     Ok(Invocation::Run(RunOptions {
         lockfile,
         mode,
@@ -423,6 +533,10 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
         command,
     }))
 }
+
+/// After `--max-time` or a lost lock: Linux's grace before SIGKILL. A job
+/// is ended at once on Windows; the value is kept for the record's words.
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
 fn exit_code(v: &str) -> Result<u8, Failure> {
     v.parse::<u8>()

@@ -154,7 +154,7 @@ mod reading {
 
     /// The last holders of slots, kept under `NAME.slotK`.
     fn slot_lasts(url: &EtcdUrl, client: &Client) -> Vec<Kv> {
-        let limit = i64::from(crate::backend::file::slots::MAX_SLOTS) + 1;
+        let limit = i64::from(crate::backend::MAX_SLOTS) + 1;
         client
             .keys_starting(&format!("{}.slot", url.name), limit)
             .unwrap_or_default()

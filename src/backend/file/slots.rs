@@ -52,6 +52,7 @@ use super::lock::{LockFile, LockMode};
 use super::{FileBackend, FileHeld};
 use crate::backend::{Backend, Capabilities, Held};
 use crate::backend::{Blocking, Contender};
+pub use crate::backend::{MAX_SLOTS, NO_ONE_LAST_RUN};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::identity::Me;
@@ -62,14 +63,6 @@ use std::io;
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The most slots one lock file can have: each waiting head holds a
-/// descriptor and a thread per slot.
-pub const MAX_SLOTS: u16 = 1024;
-
-/// Why `--skip-if-succeeded-within` cannot go with `--slots`, on any lock.
-pub const NO_ONE_LAST_RUN: &str =
-    "each slot keeps its own record, so there is no one last run of the lock to go by";
 
 pub struct SlotsBackend {
     inner: Arc<Inner>,

@@ -244,12 +244,7 @@ impl Target {
     /// a proxy, a mapped port): the server's own port (`inet_server_port()`,
     /// none over a Unix socket) is not one lockrun dialled.
     pub fn behind_a_proxy(&self, server_port: Option<u16>) -> bool {
-        use postgres::config::Host;
-        let unix = self
-            .config
-            .get_hosts()
-            .iter()
-            .all(|h| matches!(h, Host::Unix(_)));
+        let unix = self.config.get_hosts().iter().all(is_unix_socket);
         let dialled = self.config.get_ports();
         match server_port {
             None => false,
@@ -345,8 +340,27 @@ fn one_userinfo(uri: &str) -> Result<String, Refusal> {
     ))
 }
 
+/// Whether a host is a Unix socket's directory. The client library has
+/// that kind of host only on Unix; on Windows every host is TCP.
+fn is_unix_socket(host: &postgres::config::Host) -> bool {
+    #[cfg(unix)]
+    return matches!(host, postgres::config::Host::Unix(_));
+    #[cfg(not(unix))]
+    {
+        let _ = host;
+        false
+    }
+}
+
 /// libpq's default: the Unix socket directory, Debian's where it exists,
-/// upstream's otherwise.
+/// upstream's otherwise. On Windows, which has no such socket, libpq's
+/// default there: localhost over TCP.
+#[cfg(not(unix))]
+fn default_host() -> String {
+    "localhost".to_owned()
+}
+
+#[cfg(unix)]
 fn default_host() -> String {
     let debian = "/var/run/postgresql";
     if Path::new(debian).is_dir() {
@@ -373,6 +387,7 @@ fn describe(config: &Config) -> String {
     use postgres::config::Host;
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) => host.clone(),
+        #[cfg(unix)]
         Some(Host::Unix(path)) => path.display().to_string(),
         None => "localhost".to_owned(),
     };

@@ -1,0 +1,103 @@
+//! Reading credential files (`platform::files` on Unix) and the small
+//! files `--metrics-file` writes (`platform::small_files`), with the Unix
+//! signatures. Windows has no FIFOs in the file system's namespace nor
+//! Unix permission bits: a credential file is read if it is a regular
+//! file, and a replaced metrics file keeps the default access of its
+//! directory (its ACL), which Windows gives a new file.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, Read};
+use std::path::Path;
+
+/// Why a credential file was not read.
+#[derive(Debug)]
+pub enum NotRead {
+    /// It could not be opened or read (the OS error says why).
+    Io(io::Error),
+    /// It is not a regular file: what it is, in words.
+    NotRegular(&'static str),
+}
+
+impl std::fmt::Display for NotRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotRead::Io(e) => write!(f, "{e}"),
+            NotRead::NotRegular(what) => write!(
+                f,
+                "it is {what}, not a regular file (lockrun reads credentials only from regular files; copy the content into a file)"
+            ),
+        }
+    }
+}
+
+/// Opens PATH for reading if it is a regular file (through links), with
+/// its metadata, read from the open handle.
+pub fn open_regular(path: &Path) -> Result<(File, Metadata), NotRead> {
+    let file = File::open(path).map_err(NotRead::Io)?;
+    let meta = file.metadata().map_err(NotRead::Io)?;
+    if meta.is_dir() {
+        return Err(NotRead::NotRegular("a directory"));
+    }
+    if !meta.is_file() {
+        return Err(NotRead::NotRegular("not a regular file"));
+    }
+    Ok((file, meta))
+}
+
+/// The whole content of PATH, read as [`open_regular`] opens it.
+pub fn read_regular(path: &Path) -> Result<Vec<u8>, NotRead> {
+    let (mut file, meta) = open_regular(path)?;
+    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1 << 20));
+    file.read_to_end(&mut content).map_err(NotRead::Io)?;
+    Ok(content)
+}
+
+/// Whether others than the owner may read a credential file (a warning on
+/// Unix): Windows' answer is an ACL, which lockrun does not judge.
+pub fn others_may_access(_meta: &Metadata) -> bool {
+    false
+}
+
+/// Opens an existing file for reading, or with `create` makes it empty
+/// when missing.
+pub fn open_without_waiting(path: &Path, create: bool) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(create)
+        .create(create)
+        .truncate(false)
+        .open(path)
+}
+
+/// Creates `path` new, never opening what is there.
+pub fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new().write(true).create_new(true).open(path)
+}
+
+/// Whether two metadata name the same file. std gives no file index from
+/// a path's metadata on stable Rust: the creation time and length stand
+/// in, which tell a renamed-over replacement apart from the file itself.
+pub fn same_file(a: &Metadata, b: &Metadata) -> bool {
+    use std::os::windows::fs::MetadataExt;
+    a.creation_time() == b.creation_time() && a.file_size() == b.file_size()
+}
+
+/// Where a file is, as far as its metadata tells (see [`same_file`]).
+pub fn file_id(meta: &Metadata) -> (u64, u64) {
+    use std::os::windows::fs::MetadataExt;
+    (meta.creation_time(), meta.file_size())
+}
+
+/// No permission bits on Windows: the replacement gets its directory's
+/// default access.
+pub fn permission_bits(_meta: &Metadata) -> u32 {
+    0o644
+}
+
+pub fn set_permission_bits(_file: &File, _bits: u32) -> io::Result<()> {
+    Ok(())
+}
+
+/// `--log syslog|journal` is refused on Windows before a run starts; no
+/// datagram is ever sent.
+pub fn send_datagram(_path: &Path, _datagram: &[u8]) {}
