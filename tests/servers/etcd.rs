@@ -81,7 +81,8 @@ pub fn spawn_etcd(args: &[String], log: &Path) -> Child {
     // test, not lockrun: lockrun keeps the ordinary priority. Only root
     // may raise a priority; others run as before.
     // SAFETY: setpriority has no memory preconditions.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, child.id(), -10) };
+    // `as _`: the two arguments' C types differ between glibc and the BSDs.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS as _, child.id() as _, -10) };
     child
 }
 
