@@ -31,16 +31,18 @@ if [[ ${1-} == --one ]]; then
   shift 3
   log=$(basename "$exe")
   name=${log%-*}
-  start=$SECONDS
   # Tests that load the whole host's lock table (tests/conditions.rs: churn
-  # beside a thousand locks; tests/list.rs: ten thousand) take turns: side
-  # by side each would read the other's locks, and every `holder` call of
-  # theirs walks the whole table. The lock is flock(1)'s, on a file of this
-  # run; the test binary does not inherit its descriptor.
+  # beside a thousand locks; tests/list.rs: ten thousand) and those whose
+  # every `holder` call walks it and every process's descriptors
+  # (tests/holder_check.rs, tests/robustness.rs: 3 s alone, 71 s beside
+  # conditions) take turns. The lock is flock(1)'s, on a file of this run;
+  # the test binary does not inherit its descriptor.
   exec {hostwide}>"$out/host-wide.lock"
   case $name in
-    conditions | list) flock "$hostwide" ;;
+    conditions | list | holder_check | robustness) flock "$hostwide" ;;
   esac
+  # The time printed is the binary's own, from after its turn came.
+  start=$SECONDS
   # Binaries whose tests mostly wait (a lease running out, a server
   # stopped and started) run more of them at once than the harness's one
   # per CPU: tests/etcd.rs took 30 s with 8 and 80 s with 2.
@@ -88,18 +90,21 @@ if [[ ${#exes[@]} -eq 0 ]]; then
 fi
 
 # Longest first, so that the slowest binaries start at once and the short
-# ones fill the other lanes; tests/list.rs last, as it waits its turn
-# behind tests/conditions.rs (CONTRIBUTING.md, "The slow ones").
-order=(conditions etcd redis postgres record_data properties scenarios)
+# ones fill the other lanes; those that wait their turn behind
+# tests/conditions.rs last, so that they do not hold a lane meanwhile
+# (CONTRIBUTING.md, "The slow ones").
+first=(conditions etcd redis postgres record_data properties scenarios)
+last=(holder_check robustness list)
+named() { for e in "${exes[@]}"; do [[ $(basename "$e") == "$1"-* ]] && echo "$e"; done; }
 sorted=()
-for n in "${order[@]}"; do
-  for e in "${exes[@]}"; do [[ $(basename "$e") == "$n"-* ]] && sorted+=("$e"); done
-done
+for n in "${first[@]}"; do mapfile -t -O "${#sorted[@]}" sorted < <(named "$n"); done
+tail=()
+for n in "${last[@]}"; do mapfile -t -O "${#tail[@]}" tail < <(named "$n"); done
 for e in "${exes[@]}"; do
-  case " ${sorted[*]} " in *" $e "*) continue ;; esac
-  [[ $(basename "$e") == list-* ]] || sorted+=("$e")
+  case " ${sorted[*]} ${tail[*]} " in *" $e "*) continue ;; esac
+  sorted+=("$e")
 done
-for e in "${exes[@]}"; do [[ $(basename "$e") == list-* ]] && sorted+=("$e"); done
+sorted+=("${tail[@]}")
 
 echo "test.sh: ${#sorted[@]} test binaries, $jobs at a time"
 start=$SECONDS
