@@ -119,7 +119,7 @@ fn every_kind_of_lock_on_the_host_is_listed_by_path() {
     sorted.sort();
     assert_eq!(paths, sorted);
     // list took nothing: the waiter still waits, and gets the lock next.
-    assert_eq!(kernel_waiters(&ours), 1);
+    assert_eq!(kernel_waiters_settled(&ours), 1);
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
     assert!(waiter.wait_exit(BOUND).success());
@@ -479,7 +479,7 @@ fn every_row_is_right_beside_0_1_and_10000_other_locks() {
         crowd.release();
         let _ = crowd.wait_exit(BOUND);
     }
-    assert_eq!(kernel_waiters(&ours), 2, "list took nothing");
+    assert_eq!(kernel_waiters_settled(&ours), 2, "list took nothing");
     holder.release();
     assert!(holder.wait_exit(BOUND).success());
     for mut waiter in waiters.drain(..) {

@@ -225,21 +225,53 @@ pub fn kernel_holders(path: &Path) -> usize {
     kernel_entries(path, false)
 }
 
+/// How many flock entries hold PATH, for an exact count (`== 1`): the
+/// count three readings in a row agree on. A single reading of a long,
+/// changing /proc/locks can skip an entry or show one twice (test.sh runs
+/// tests/conditions.rs' churn beside the others: a lock taken once read
+/// as 2); three agreeing readings do not come from tearing, and a lock
+/// really taken twice reads 2 every time.
+pub fn kernel_holders_settled(path: &Path) -> usize {
+    settled(|| kernel_entries_once(path, false))
+}
+
+/// [`kernel_holders_settled`] for the waiters.
+pub fn kernel_waiters_settled(path: &Path) -> usize {
+    settled(|| kernel_entries_once(path, true))
+}
+
+fn settled(mut read: impl FnMut() -> usize) -> usize {
+    let mut last = read();
+    let mut agreeing = 1;
+    for _ in 0..100 {
+        let now = read();
+        agreeing = if now == last { agreeing + 1 } else { 1 };
+        last = now;
+        if agreeing == 3 {
+            break;
+        }
+    }
+    last
+}
+
+/// The entries of one reading of /proc/locks on PATH's inode.
+fn kernel_entries_once(path: &Path, waiting: bool) -> usize {
+    // The trailing space keeps inode 123 from matching inode 1234.
+    let id = format!("{} ", lock_id(path));
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" -> ") == waiting && l.contains(&id))
+        .count()
+}
+
 /// The most entries seen over two readings: the kernel serves /proc/locks
 /// a page per read and can skip an entry when other locks come and go
 /// between reads (other tests run in parallel), or show one twice: count
 /// with `>=` where more than one cannot be told from a duplicate.
 fn kernel_entries(path: &Path, waiting: bool) -> usize {
-    // The trailing space keeps inode 123 from matching inode 1234.
-    let id = format!("{} ", lock_id(path));
     (0..2)
-        .map(|_| {
-            std::fs::read_to_string("/proc/locks")
-                .unwrap_or_default()
-                .lines()
-                .filter(|l| l.contains(" -> ") == waiting && l.contains(&id))
-                .count()
-        })
+        .map(|_| kernel_entries_once(path, waiting))
         .max()
         .unwrap_or(0)
 }
