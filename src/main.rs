@@ -221,7 +221,7 @@ fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
                 } else if found.state == State::Unknown && target.is_url() {
                     status = exit_codes::UNAVAILABLE;
                 }
-                print_report(&found, json)?;
+                report::print(&found, json)?;
             }
             Err(failure) => {
                 lockrun::say!("lockrun: {failure}");
@@ -248,7 +248,7 @@ fn check(
     }
     let found = registry::look_up(target, json || !quiet, probe)?;
     if !quiet {
-        print_report(&found, json)?;
+        report::print(&found, json)?;
     }
     Ok(match (found.state, token) {
         (State::Unknown, _) => exit_codes::UNAVAILABLE,
@@ -257,25 +257,4 @@ fn check(
         (_, Some(token)) if found.holds_token(token) => 0,
         (_, Some(_)) => exit_codes::NOT_HELD,
     })
-}
-
-/// A report that cannot be written (`>/dev/full`, a closed pipe) is an
-/// answer nobody got: exit 71 with the OS error rather than a panic or a
-/// status that claims the report was made.
-#[cfg(unix)]
-fn print_report(found: &inspect::Report, json: bool) -> Result<(), Failure> {
-    let text = if json {
-        lockrun::sanitize::json(found).unwrap_or_default()
-    } else {
-        report::human(found)
-    };
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")
-        .and_then(|()| out.flush())
-        .map_err(|e| {
-            Failure::new(
-                exit_codes::OS_ERROR,
-                format!("cannot write to standard output: {e}"),
-            )
-        })
 }

@@ -41,6 +41,28 @@ pub fn row(report: &Report) -> String {
     line
 }
 
+/// Writes REPORT to stdout, as JSON or in words: `holder`'s and `check`'s
+/// one way out on every OS. A report that cannot be written
+/// (`>/dev/full`, a closed pipe) is an answer nobody got: 71 with the OS
+/// error rather than a panic or a status that claims the report was made.
+pub fn print(report: &Report, json: bool) -> Result<(), crate::exit_codes::Failure> {
+    use std::io::Write as _;
+    let text = if json {
+        crate::sanitize::json(report).unwrap_or_default()
+    } else {
+        human(report)
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|e| {
+            crate::exit_codes::Failure::new(
+                crate::exit_codes::OS_ERROR,
+                format!("cannot write to standard output: {e}"),
+            )
+        })
+}
+
 pub fn human(report: &Report) -> String {
     let path = escape(&report.path);
     if let Some(slots) = &report.slot_reports {

@@ -16,29 +16,10 @@
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::Read;
 use std::path::Path;
 
-/// Why a credential file was not read.
-#[derive(Debug)]
-pub enum NotRead {
-    /// It could not be opened or read (the OS error says why).
-    Io(io::Error),
-    /// It is not a regular file: what it is, in words (`a FIFO`).
-    NotRegular(&'static str),
-}
-
-impl std::fmt::Display for NotRead {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NotRead::Io(e) => write!(f, "{e}"),
-            NotRead::NotRegular(what) => write!(
-                f,
-                "it is {what}, not a regular file (lockrun reads credentials only from regular files, so that it never waits on a FIFO or a device; copy the content into a file)"
-            ),
-        }
-    }
-}
+pub use crate::platform::not_read::NotRead;
 
 /// What a file of this type is, for messages: `a FIFO`, `a socket`.
 pub fn file_kind(file_type: FileType) -> &'static str {

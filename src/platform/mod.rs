@@ -74,10 +74,12 @@ pub use small_files::{
 
 #[cfg(unix)]
 mod files;
+// Why a credential file was not read, the same on every OS.
 #[cfg(unix)]
 mod helpers;
 #[cfg(target_os = "linux")]
 mod keeper;
+mod not_read;
 #[cfg(unix)]
 mod process;
 // The forwarded signals' handlers: all their work is done inside the

@@ -4,9 +4,8 @@
 
 use super::inspect;
 use crate::exit_codes::{self, Failure};
-use crate::inspect::{Report, State};
+use crate::inspect::State;
 use crate::registry::{self, LockTarget};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// A LOCKFILE argument's lock URL, if it is one; a URL that does not parse
@@ -30,7 +29,7 @@ pub fn holder(json: bool, paths: &[PathBuf]) -> i32 {
                     } else if found.state == State::Unknown {
                         s = i32::from(exit_codes::UNAVAILABLE);
                     }
-                    match print_report(&found, json) {
+                    match crate::report::print(&found, json) {
                         Ok(()) => s,
                         Err(failure) => said(&failure),
                     }
@@ -58,30 +57,11 @@ pub fn check(json: bool, quiet: bool, probe: bool, path: &Path) -> Result<i32, F
     };
     let found = registry::look_up(&target, json || !quiet, probe)?;
     if !quiet {
-        print_report(&found, json)?;
+        crate::report::print(&found, json)?;
     }
     Ok(i32::from(match found.state {
         State::Unknown => exit_codes::UNAVAILABLE,
         State::Held => 0,
         State::Free => exit_codes::NOT_HELD,
     }))
-}
-
-/// A report that cannot be written is an answer nobody got: 71 with the
-/// OS error.
-fn print_report(found: &Report, json: bool) -> Result<(), Failure> {
-    let text = if json {
-        crate::sanitize::json(found).unwrap_or_default()
-    } else {
-        crate::report::human(found)
-    };
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")
-        .and_then(|()| out.flush())
-        .map_err(|e| {
-            Failure::new(
-                exit_codes::OS_ERROR,
-                format!("cannot write to standard output: {e}"),
-            )
-        })
 }

@@ -9,26 +9,7 @@ use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read};
 use std::path::Path;
 
-/// Why a credential file was not read.
-#[derive(Debug)]
-pub enum NotRead {
-    /// It could not be opened or read (the OS error says why).
-    Io(io::Error),
-    /// It is not a regular file: what it is, in words.
-    NotRegular(&'static str),
-}
-
-impl std::fmt::Display for NotRead {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NotRead::Io(e) => write!(f, "{e}"),
-            NotRead::NotRegular(what) => write!(
-                f,
-                "it is {what}, not a regular file (lockrun reads credentials only from regular files; copy the content into a file)"
-            ),
-        }
-    }
-}
+pub use crate::platform::not_read::NotRead;
 
 /// Opens PATH for reading if it is a regular file (through links), with
 /// its metadata, read from the open handle.
