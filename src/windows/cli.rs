@@ -102,6 +102,17 @@ fn usage(message: impl Into<String>) -> Failure {
     )
 }
 
+/// clap's refusal of a URL option, as a usage error in lockrun's words
+/// (its message without clap's "error: " and trailing newline).
+fn clap_usage(e: clap::Error) -> Failure {
+    usage(
+        e.render()
+            .to_string()
+            .trim_end()
+            .trim_start_matches("error: "),
+    )
+}
+
 fn unix_only(what: &str) -> Failure {
     usage(format!(
         "{what} is Unix-only: lockrun on Windows has the run form, holder, check and list"
@@ -487,22 +498,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
         let matches = url_command
             .no_binary_name(true)
             .try_get_matches_from(url_options)
-            .map_err(|e| {
-                usage(
-                    e.render()
-                        .to_string()
-                        .trim_end()
-                        .trim_start_matches("error: "),
-                )
-            })?;
-        let url_args = crate::registry::url_args(&matches).map_err(|e| {
-            usage(
-                e.render()
-                    .to_string()
-                    .trim_end()
-                    .trim_start_matches("error: "),
-            )
-        })?;
+            .map_err(clap_usage)?;
+        let url_args = crate::registry::url_args(&matches).map_err(clap_usage)?;
         return match crate::registry::url_run(target, &asked, url_args, base) {
             Ok(run) => Ok(Invocation::UrlRun(Box::new(run))),
             Err(crate::registry::Refusal::Usage(message)) => Err(usage(message)),
