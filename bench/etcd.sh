@@ -26,18 +26,9 @@
 # Exit status: 0 measured; 2 cannot run.
 set -euo pipefail
 
-RUNS= QUICK=
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --runs) RUNS=${2:?--runs needs a number}; shift 2 ;;
-    --quick) QUICK=1; shift ;;
-    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
-  esac
-done
-# A smoke test in well under 2 minutes (the server's start included): few
-# runs and handoffs, figures only good for "it works".
-if [ -n "$QUICK" ]; then RUNS=${RUNS:-15} HANDOFFS=${HANDOFFS:-6}; fi
-RUNS=${RUNS:-200}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_args "$@"
 die() { echo "etcd.sh: $*" >&2; exit 2; }
 for t in hyperfine etcd etcdctl openssl; do
   command -v "$t" >/dev/null 2>&1 || die "$t not found (Debian: apt-get install hyperfine etcd-server etcd-client openssl)"
@@ -52,6 +43,9 @@ if [ -z "${LOCKRUN:-}" ]; then
   [ -n "$LOCKRUN" ] || die "cargo build named no lockrun binary"
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not executable"
+# The floors (bench/floors/README.md): `floor-run`, the like-for-like one,
+# takes its turn in the hyperfine table and the handoff rounds.
+floor=$(build_floor etcd floor-etcd)
 
 free_port() {
   local p
@@ -99,13 +93,16 @@ ca=$dir/ca.pem
 before_row=()
 [ -z "${LOCKRUN_BEFORE:-}" ] || before_row=(-n "before: lockrun etcd://.../bench true" "$LOCKRUN_BEFORE etcd://127.0.0.1:$client/bench true")
 echo "# etcd $(etcd --version | head -1 | awk '{print $3}'), loopback, $RUNS runs each; $(nproc) CPUs"
+floor_row=()
+[ -z "$floor" ] || floor_row=(-n "floor-run bench true" "$floor 127.0.0.1:$client --run bench -- true")
 hyperfine -N --warmup 10 --runs "$RUNS" --style basic --export-markdown "$dir/table.md" \
   -n "lockrun etcd://.../bench true" "$LOCKRUN etcd://127.0.0.1:$client/bench true" \
   -n "etcdctl lock bench true" "etcdctl --endpoints 127.0.0.1:$client lock bench true" \
   -n "lockrun --cacert CA etcd://.../bench true (TLS)" "$LOCKRUN --cacert $ca etcd://127.0.0.1:$tls/bench true" \
   -n "etcdctl --cacert CA lock bench true (TLS)" "etcdctl --cacert $ca --endpoints https://127.0.0.1:$tls lock bench true" \
-  -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" "${before_row[@]}" >/dev/null
+  -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" "${before_row[@]}" "${floor_row[@]}" >/dev/null
 cat "$dir/table.md"
+[ -z "$floor" ] || run_goal "$dir/table.md" "lockrun etcd://.../bench true" "floor-run bench true"
 
 # ---------------------------------------------------------------- handoff
 # A holder runs `read; date +%s%N` under the lock, fed through a FIFO; a
@@ -125,6 +122,9 @@ handoff_once() { # $1 = lockrun|etcdctl|lockrun-tls|etcdctl-tls|lockrun-slots, $
     # watches deletions under NAME/, and takes its slot number before its
     # command starts: one more write on the way).
     lockrun-slots) run=("$LOCKRUN" --slots 1 "etcd://127.0.0.1:$client/$name") ;;
+    # The like-for-like floor (bench/floors/README.md): a key, a watch on
+    # the key ahead, the command, the delete; nothing else.
+    floor-run) run=("$floor" "127.0.0.1:$client" --run "$name" --) ;;
     etcdctl) run=(etcdctl --endpoints "127.0.0.1:$client" lock "$name" --) ;;
     etcdctl-tls) run=(etcdctl --cacert "$ca" --endpoints "https://127.0.0.1:$tls" lock "$name" --) ;;
   esac
@@ -150,6 +150,7 @@ echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each, t
 echo "# lockrun: $LOCKRUN${LOCKRUN_BEFORE:+; before: $LOCKRUN_BEFORE}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-12s %8s %8s %8s\n' tool p50 p90 max
 tools=(lockrun etcdctl lockrun-tls etcdctl-tls)
+[ -n "$floor" ] && tools+=(floor-run)
 [ -n "${LOCKRUN_BEFORE:-}" ] && tools+=(before)
 # A lockrun without --slots on lock URLs (before issue 14) is measured without it.
 "$LOCKRUN" --slots 1 "etcd://127.0.0.1:$client/probe-slots" true 2>/dev/null && tools+=(lockrun-slots)
@@ -167,11 +168,11 @@ done
 
 # The floor (bench/floors/README.md): etcd's own release -> wake-up, one
 # client's delete to another's watch event, with nothing of lockrun.
-if floor=$(cd "$ROOT" && cargo build --release --locked --quiet --features etcd --example floor-etcd \
-    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*floor-etcd\)".*/\1/p' | tail -1) \
-  && [ -x "$floor" ]; then
+if [ -n "$floor" ]; then
   "$floor" "127.0.0.1:$client" "$HANDOFFS" | tail -1 | awk '{
     printf "%-12s %8.2f %8.2f %8s  (the floor: delete -> watch event)\n", "floor", $2/1000, $4/1000, "-" }'
+  # Issue 34's goals, against the like-for-like floor.
+  floor_goals lockrun "$dir/samples.lockrun" "$dir/samples.floor-run"
 else
   echo "# floor: examples/floor-etcd.rs did not build"
 fi

@@ -26,18 +26,9 @@
 # postgresql). Exit status: 0 measured; 2 cannot run.
 set -euo pipefail
 
-RUNS= QUICK=
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --runs) RUNS=${2:?--runs needs a number}; shift 2 ;;
-    --quick) QUICK=1; shift ;;
-    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
-  esac
-done
-# A smoke test in well under 2 minutes (the server's start included): few
-# runs and handoffs, figures only good for "it works".
-if [ -n "$QUICK" ]; then RUNS=${RUNS:-15} HANDOFFS=${HANDOFFS:-6}; fi
-RUNS=${RUNS:-200}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_args "$@"
 die() { echo "postgres.sh: $*" >&2; exit 2; }
 command -v hyperfine >/dev/null 2>&1 || die "hyperfine not found (Debian: apt-get install hyperfine)"
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -50,6 +41,9 @@ if [ -z "${LOCKRUN:-}" ]; then
   [ -n "$LOCKRUN" ] || die "cargo build named no lockrun binary"
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not executable"
+# The floors (bench/floors/README.md): `floor-run`, the like-for-like one,
+# takes its turn in the hyperfine table and the handoff rounds.
+floor=$(build_floor postgres floor-postgres)
 
 free_port() {
   local p
@@ -76,12 +70,16 @@ for _ in $(seq 200); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$port" && break;
 
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres PGSSLMODE=disable
 PSQL=("$PGBIN/psql" -X -q -At)
+CONNINFO="host=$PGHOST port=$PGPORT user=$PGUSER dbname=$PGDATABASE"
 echo "# PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), loopback TCP, $RUNS runs each; $(nproc) CPUs"
+floor_row=()
+[ -z "$floor" ] || floor_row=(-n "floor-run bench true" "$floor '$CONNINFO' --run bench -- true")
 hyperfine -N --warmup 10 --runs "$RUNS" --style basic --export-markdown "$dir/table.md" \
   -n "lockrun postgres:///#bench true" "$LOCKRUN postgres:///#bench true" \
   -n "psql -c pg_advisory_lock (baseline)" "${PSQL[*]} -c \"SELECT pg_advisory_lock(hashtextextended('bench', 0))\"" \
-  -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" >/dev/null
+  -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" "${floor_row[@]}" >/dev/null
 cat "$dir/table.md"
+[ -z "$floor" ] || run_goal "$dir/table.md" "lockrun postgres:///#bench true" "floor-run bench true"
 
 # ---------------------------------------------------------------- handoff
 # A holder runs `read; date +%s%N` under the lock, fed through a FIFO; a
@@ -93,10 +91,12 @@ handoff_once() { # $1 = lockrun|before|slots|psql, $2 = lock name; prints waiter
   local tool=$1 name=$2 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
   mkfifo "$fifo"
   local lock="SELECT pg_advisory_lock(hashtextextended('$name', 0))"
-  local run=("$LOCKRUN")
+  local run=("$LOCKRUN" "postgres:///#$name")
   case $tool in
-    before) run=("$LOCKRUN_BEFORE") ;;
-    slots) run=("$LOCKRUN" --slots "$SLOTS") ;;
+    before) run=("$LOCKRUN_BEFORE" "postgres:///#$name") ;;
+    slots) run=("$LOCKRUN" --slots "$SLOTS" "postgres:///#$name") ;;
+    # The like-for-like floor (bench/floors/README.md): lock, run, unlock.
+    floor-run) run=("$floor" "$CONNINFO" --run "$name" --) ;;
   esac
   if [ "$tool" != psql ]; then
     # With --slots N, N-1 other holders keep the other slots full, so that
@@ -105,11 +105,11 @@ handoff_once() { # $1 = lockrun|before|slots|psql, $2 = lock name; prints waiter
     if [ "$tool" = slots ]; then
       mkfifo "$fifo.o"
       for _ in $(seq $((SLOTS - 1))); do
-        "${run[@]}" "postgres:///#$name" sh -c "read _ <'$fifo.o'" &
+        "${run[@]}" sh -c "read _ <'$fifo.o'" &
         others+=($!)
       done
     fi
-    "${run[@]}" "postgres:///#$name" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
+    "${run[@]}" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
   else
     "${PSQL[@]}" -c "$lock" -c "\\! sh -c \"read _ <'$fifo'; date +%s%N\"" >"$hold_out" &
   fi
@@ -120,7 +120,7 @@ handoff_once() { # $1 = lockrun|before|slots|psql, $2 = lock name; prints waiter
     sleep 0.01
   done
   if [ "$tool" != psql ]; then
-    "${run[@]}" "postgres:///#$name" date +%s%N >"$wait_out" &
+    "${run[@]}" date +%s%N >"$wait_out" &
   else
     "${PSQL[@]}" -c "$lock" -c "\\! date +%s%N" >"$wait_out" &
   fi
@@ -150,6 +150,7 @@ SLOTS=${SLOTS:-2}
 tools=(lockrun psql)
 [ -n "${LOCKRUN_BEFORE:-}" ] && tools+=(before)
 [ "$SLOTS" -ge 2 ] && tools+=(slots)
+[ -n "$floor" ] && tools+=(floor-run)
 echo
 echo "# handoff: holder exits -> waiter's command starts, $HANDOFFS reps each, tools interleaved (ms)"
 echo "# lockrun: $LOCKRUN${LOCKRUN_BEFORE:+; before: $LOCKRUN_BEFORE}; slots: --slots $SLOTS, the other slots held"
@@ -166,11 +167,11 @@ done
 
 # The floor (bench/floors/README.md): PostgreSQL's own release -> wake-up,
 # one session's pg_advisory_unlock to another's pg_advisory_lock returning.
-if floor=$(cd "$ROOT" && cargo build --release --locked --quiet --features postgres --example floor-postgres \
-    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*floor-postgres\)".*/\1/p' | tail -1) \
-  && [ -x "$floor" ]; then
-  "$floor" "host=$PGHOST port=$PGPORT user=$PGUSER dbname=$PGDATABASE" "$HANDOFFS" | tail -1 | awk '{
+if [ -n "$floor" ]; then
+  "$floor" "$CONNINFO" "$HANDOFFS" | tail -1 | awk '{
     printf "%-10s %8.2f %8.2f %8s  (the floor: unlock -> lock returns)\n", "floor", $2/1000, $4/1000, "-" }'
+  # Issue 34's goals, against the like-for-like floor.
+  floor_goals lockrun "$dir/samples.lockrun" "$dir/samples.floor-run"
 else
   echo "# floor: examples/floor-postgres.rs did not build"
 fi

@@ -28,18 +28,9 @@
 # measured; 2 cannot run.
 set -euo pipefail
 
-RUNS= QUICK=
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --runs) RUNS=${2:?--runs needs a number}; shift 2 ;;
-    --quick) QUICK=1; shift ;;
-    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
-  esac
-done
-# A smoke test in well under 2 minutes (the server's start included): few
-# runs and handoffs, figures only good for "it works".
-if [ -n "$QUICK" ]; then RUNS=${RUNS:-15} HANDOFFS=${HANDOFFS:-6}; fi
-RUNS=${RUNS:-200}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_args "$@"
 die() { echo "redis.sh: $*" >&2; exit 2; }
 command -v redis-server >/dev/null 2>&1 || die "redis-server not found (Debian: apt-get install redis-server)"
 command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found (Debian: apt-get install redis-tools)"
@@ -51,6 +42,9 @@ if [ -z "${LOCKRUN:-}" ]; then
   [ -n "$LOCKRUN" ] || die "cargo build named no lockrun binary"
 fi
 [ -x "$LOCKRUN" ] || die "LOCKRUN=$LOCKRUN is not executable"
+# The floors (bench/floors/README.md): `floor-run`, the like-for-like one,
+# takes its turn in the table and the handoff rounds.
+floor=$(build_floor redis floor-redis)
 
 free_port() {
   local p
@@ -81,16 +75,24 @@ measure() {
     echo $(( (t1 - t0) / 1000 )) >>"$dir/samples"
   done
   sort -n "$dir/samples" | awk -v n="$name" '{a[NR]=$1; s+=$1} END {
-    printf "| %-44s | %7.2f | %7.2f | %7.2f |\n", n, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, s/NR/1000 }'
+    printf "| %-44s | %7.2f | %7.2f | %7.2f |\n", n, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, s/NR/1000 }' |
+    tee -a "$dir/table"
 }
 echo "# Redis $(redis-server --version | awk '{print $3}' | sed 's/v=//'), loopback TCP, $RUNS runs each; $(nproc) CPUs; $LOCKRUN"
 echo "| | p50 ms | p90 ms | mean ms |"
 echo "|---|---:|---:|---:|"
 measure "lockrun $url true" "$LOCKRUN" "$url" true
 floor() { cli SET bench-floor 1 NX PX 10000 >/dev/null; cli DEL bench-floor >/dev/null; }
-measure "redis-cli SET NX PX + redis-cli DEL (floor)" floor
+measure "redis-cli SET NX PX + redis-cli DEL" floor
 measure "redis-cli SET NX PX alone" cli SET bench-one 1 NX PX 1
 measure "lockrun FILE true (for scale)" "$LOCKRUN" "$dir/bench.lock" true
+if [ -n "$floor" ]; then
+  measure "floor-run (the floor: SET NX, run, DEL)" "$floor" "redis://127.0.0.1:$port" --run bench-run -- true
+  # Issue 34: acquire + run + release within 1.5x of one round trip more
+  # than the floor; a ratio of the means within 1.5 meets it.
+  awk -F'|' '/^\| lockrun redis/ { a = $5 } /^\| floor-run/ { b = $5 }
+    END { if (a && b) printf "# lockrun / floor-run (means): %.2f (goal <= 1.5)\n", a / b }' "$dir/table"
+fi
 FREDLOCK=${FREDLOCK:-$(command -v fredlock || true)}
 # fredlock logs each step on stderr
 fred() { "$FREDLOCK" -u "redis://127.0.0.1:$port" "$@" 2>/dev/null; }
@@ -103,14 +105,21 @@ fi
 # waiter subscribes behind it (PUBSUB NUMSUB on the release channel), then
 # the holder is let go and the waiter's command stamps the clock.
 HANDOFFS=${HANDOFFS:-25}
-handoff_once() { # $1 = lock name; prints waiter - holder in µs
-  local name=$1 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
-  local u="redis://127.0.0.1:$port#$name"
+handoff_once() { # $1 = lockrun|floor-run, $2 = lock name; prints waiter - holder in µs
+  local tool=$1 name=$2 fifo=$dir/fifo.$RANDOM hold_out=$dir/hold.$RANDOM wait_out=$dir/wait.$RANDOM
+  local run=("$LOCKRUN" "redis://127.0.0.1:$port#$name") wait=(-w 30)
+  # The like-for-like floor (bench/floors/README.md): subscribe, SET NX,
+  # the command, DEL + PUBLISH; nothing else (it always waits).
+  [ "$tool" = floor-run ] && run=("$floor" "redis://127.0.0.1:$port" --run "$name" --) wait=()
   mkfifo "$fifo"
-  "$LOCKRUN" "$u" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
+  "${run[@]}" sh -c "read _ <'$fifo'; date +%s%N" >"$hold_out" &
   local holder=$!
   for _ in $(seq 400); do [ "$(cli EXISTS "$name")" = 1 ] && break; sleep 0.01; done
-  "$LOCKRUN" -w 30 "$u" date +%s%N >"$wait_out" &
+  if [ "$tool" = floor-run ]; then
+    "${run[@]}" date +%s%N >"$wait_out" &
+  else
+    "${run[0]}" "${wait[@]}" "${run[@]:1}" date +%s%N >"$wait_out" &
+  fi
   local waiter=$!
   for _ in $(seq 400); do
     [ "$(cli PUBSUB NUMSUB "$name:released" | tail -1)" -ge 1 ] && break
@@ -122,12 +131,21 @@ handoff_once() { # $1 = lock name; prints waiter - holder in µs
   rm -f "$fifo" "$hold_out" "$wait_out"
   echo $(( (w - h) / 1000 ))
 }
-: >"$dir/handoffs"
-for i in $(seq "$HANDOFFS"); do handoff_once "handoff-$i" >>"$dir/handoffs"; done
+tools=(lockrun)
+[ -n "$floor" ] && tools+=(floor-run)
+for tool in "${tools[@]}"; do : >"$dir/samples.$tool"; done
+# Round by round, each tool in turn: a load that comes and goes falls on
+# every row alike.
+for i in $(seq "$HANDOFFS"); do
+  for tool in "${tools[@]}"; do handoff_once "$tool" "handoff-$tool-$i" >>"$dir/samples.$tool"; done
+done
 echo
-echo "# handoff: holder's command ends -> waiter's command starts, $HANDOFFS reps (ms)"
-sort -n "$dir/handoffs" | awk '{a[NR]=$1} END {
-  printf "p50 %.2f  p90 %.2f  max %.2f\n", a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
+echo "# handoff: holder's command ends -> waiter's command starts, $HANDOFFS reps each, interleaved (ms)"
+for tool in "${tools[@]}"; do
+  sort -n "$dir/samples.$tool" | awk -v t="$tool" '{a[NR]=$1} END {
+    printf "%-10s p50 %.2f  p90 %.2f  max %.2f\n", t, a[int((NR+1)/2)]/1000, a[int(NR*0.9+0.5)]/1000, a[NR]/1000 }'
+done
+[ -n "$floor" ] && floor_goals lockrun "$dir/samples.lockrun" "$dir/samples.floor-run"
 
 # The peer's handoff: fredlock's waiter polls (pottery's Redlock retries
 # after a random sleep), so there is no subscription to wait for: the
@@ -157,9 +175,7 @@ fi
 
 # The floor (bench/floors/README.md): Redis's own release -> wake-up, a
 # script's DEL + PUBLISH to a subscriber's message, nothing of lockrun.
-if floor=$(cd "$ROOT" && cargo build --release --locked --quiet --features redis --example floor-redis \
-    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*floor-redis\)".*/\1/p' | tail -1) \
-  && [ -x "$floor" ]; then
+if [ -n "$floor" ]; then
   echo "# handoff floor (DEL+PUBLISH -> subscriber), $HANDOFFS reps (ms)"
   "$floor" "redis://127.0.0.1:$port" "$HANDOFFS" | tail -1 | awk '{
     printf "p50 %.3f  p90 %.3f\n", $2/1000, $4/1000 }'

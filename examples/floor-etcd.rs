@@ -3,9 +3,17 @@
 //! that watches it receives the delete event. Nothing of lockrun runs.
 //!
 //!   cargo run --release --features etcd --example floor-etcd -- HOST:PORT [ROUNDS]
+//!   floor-etcd HOST:PORT --run NAME -- COMMAND [ARG...]
 //!
 //! Prints one latency a line (microseconds), then `p50 p90` of them.
 //! bench/etcd.sh prints it beside lockrun's handoff.
+//!
+//! With `--run`, the floor of the handoff as lockrun's rows measure it:
+//! the least a tool must do to run COMMAND under an etcd queue lock (a key
+//! under NAME/, a watch on the key ahead, the command, the delete), with
+//! nothing else (no lease, record, signals or checks). bench/etcd.sh runs
+//! it through the same handoff rounds as lockrun, so both processes'
+//! starts and exits are in it, as they are in lockrun's.
 
 use std::time::Instant;
 
@@ -15,7 +23,13 @@ fn main() {
         eprintln!("usage: floor-etcd HOST:PORT [ROUNDS]");
         std::process::exit(64);
     };
-    let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let next = args.next();
+    if next.as_deref() == Some("--run") {
+        let name = args.next().unwrap_or_else(|| fail("--run needs NAME"));
+        let command: Vec<String> = args.skip_while(|a| a == "--").collect();
+        std::process::exit(run(&endpoint, &name, &command));
+    }
+    let rounds: usize = next.and_then(|n| n.parse().ok()).unwrap_or(50);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -68,6 +82,76 @@ fn main() {
         times
     });
     report(&mut times);
+}
+
+/// Runs `command` holding a queue lock on NAME: put our key, wait for the
+/// delete of the key created just before ours, run, delete ours. One
+/// thread, so the watch event wakes the thread that starts the command.
+fn run(endpoint: &str, name: &str, command: &[String]) -> i32 {
+    let Some((program, args)) = command.split_first() else {
+        fail("--run NAME needs a COMMAND");
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => fail(&format!("cannot start a runtime: {e}")),
+    };
+    runtime.block_on(async move {
+        let mut client = etcd_client::Client::connect([format!("http://{endpoint}")], None)
+            .await
+            .unwrap_or_else(|e| fail(&format!("cannot connect to {endpoint}: {e}")));
+        let prefix = format!("{name}/");
+        let key = format!("{prefix}{:x}", std::process::id());
+        let mine = match client.put(key.as_str(), "", None).await {
+            Ok(put) => put.header().map_or(0, |h| h.revision()),
+            Err(e) => fail(&format!("put: {e}")),
+        };
+        let ahead = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(mine - 1)
+            .with_sort(
+                etcd_client::SortTarget::Create,
+                etcd_client::SortOrder::Descend,
+            )
+            .with_limit(1)
+            .with_keys_only();
+        let got = client
+            .get(prefix.as_str(), Some(ahead))
+            .await
+            .unwrap_or_else(|e| fail(&format!("get: {e}")));
+        if let Some(before) = got.kvs().first() {
+            let seen = got.header().map_or(mine, |h| h.revision());
+            let options = etcd_client::WatchOptions::new().with_start_revision(seen + 1);
+            let mut stream = client
+                .watch(before.key(), Some(options))
+                .await
+                .unwrap_or_else(|e| fail(&format!("watch: {e}")));
+            loop {
+                match stream.message().await {
+                    Ok(Some(m))
+                        if m.events()
+                            .iter()
+                            .any(|e| e.event_type() == etcd_client::EventType::Delete) =>
+                    {
+                        break;
+                    }
+                    Ok(Some(_)) => continue,
+                    Ok(None) => fail("the watch ended"),
+                    Err(e) => fail(&format!("watch: {e}")),
+                }
+            }
+        }
+        let status = std::process::Command::new(program)
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| fail(&format!("cannot run {program}: {e}")));
+        if let Err(e) = client.delete(key.as_str(), None).await {
+            fail(&format!("delete: {e}"));
+        }
+        status.code().unwrap_or(1)
+    })
 }
 
 fn report(times: &mut [u128]) {

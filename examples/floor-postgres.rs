@@ -5,7 +5,16 @@
 //!
 //!   cargo run --release --features postgres --example floor-postgres -- 'host=... user=...' [ROUNDS]
 //!
+//!   floor-postgres CONNINFO --run NAME -- COMMAND [ARG...]
+//!
 //! Prints one latency a line (microseconds), then `p50 p90` of them.
+//!
+//! With `--run`, the floor of the handoff as lockrun's rows measure it:
+//! the least a tool must do to run COMMAND holding NAME's advisory lock
+//! (lockrun's key, `hashtextextended(NAME, 0)`): lock, run, unlock, with
+//! nothing else (no record, watcher, signals or checks). bench/postgres.sh
+//! runs it through the same handoff rounds as lockrun, so both processes'
+//! starts and exits are in it, as they are in lockrun's.
 
 use std::sync::mpsc;
 use std::time::Instant;
@@ -18,7 +27,13 @@ fn main() {
         eprintln!("usage: floor-postgres CONNINFO [ROUNDS]");
         std::process::exit(64);
     };
-    let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let next = args.next();
+    if next.as_deref() == Some("--run") {
+        let name = args.next().unwrap_or_else(|| fail("--run needs NAME"));
+        let command: Vec<String> = args.skip_while(|a| a == "--").collect();
+        std::process::exit(run(&conninfo, &name, &command));
+    }
+    let rounds: usize = next.and_then(|n| n.parse().ok()).unwrap_or(50);
     let connect = || {
         postgres::Client::connect(&conninfo, postgres::NoTls)
             .unwrap_or_else(|e| fail(&format!("cannot connect: {e}")))
@@ -72,6 +87,33 @@ fn main() {
     times.sort_unstable();
     let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
     println!("p50 {} p90 {}", at(0.5), at(0.9));
+}
+
+/// Runs `command` holding NAME's advisory lock: one session, one blocking
+/// `pg_advisory_lock`, the command, `pg_advisory_unlock`.
+fn run(conninfo: &str, name: &str, command: &[String]) -> i32 {
+    let Some((program, args)) = command.split_first() else {
+        fail("--run NAME needs a COMMAND");
+    };
+    let mut client = postgres::Client::connect(conninfo, postgres::NoTls)
+        .unwrap_or_else(|e| fail(&format!("cannot connect: {e}")));
+    let sql = |c: &mut postgres::Client, q: &str| {
+        c.execute(q, &[&name])
+            .unwrap_or_else(|e| fail(&format!("{q}: {e}")))
+    };
+    sql(
+        &mut client,
+        "SELECT pg_advisory_lock(hashtextextended($1, 0))",
+    );
+    let status = std::process::Command::new(program)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run {program}: {e}")));
+    sql(
+        &mut client,
+        "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+    );
+    status.code().unwrap_or(1)
 }
 
 fn fail(message: &str) -> ! {

@@ -5,7 +5,17 @@
 //!
 //!   cargo run --release --features redis --example floor-redis -- redis://HOST:PORT [ROUNDS]
 //!
+//!   floor-redis redis://HOST:PORT --run NAME -- COMMAND [ARG...]
+//!
 //! Prints one latency a line (microseconds), then `p50 p90` of them.
+//!
+//! With `--run`, the floor of the handoff as lockrun's rows measure it:
+//! the least a tool must do to run COMMAND under a Redis lock that wakes
+//! its waiters (subscribe to `NAME:released`, `SET NAME NX PX`, a message
+//! before each retry; the command; one script's DEL + PUBLISH), with
+//! nothing else (no token check, record, renewal, signals). bench/redis.sh
+//! runs it through the same handoff rounds as lockrun, so both processes'
+//! starts and exits are in it, as they are in lockrun's.
 
 use std::sync::mpsc;
 use std::time::Instant;
@@ -16,7 +26,13 @@ fn main() {
         eprintln!("usage: floor-redis redis://HOST:PORT [ROUNDS]");
         std::process::exit(64);
     };
-    let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(50);
+    let next = args.next();
+    if next.as_deref() == Some("--run") {
+        let name = args.next().unwrap_or_else(|| fail("--run needs NAME"));
+        let command: Vec<String> = args.skip_while(|a| a == "--").collect();
+        std::process::exit(run(&url, &name, &command));
+    }
+    let rounds: usize = next.and_then(|n| n.parse().ok()).unwrap_or(50);
     let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| fail(&format!("{url}: {e}")));
     let connect = || {
         client
@@ -74,6 +90,56 @@ fn main() {
     times.sort_unstable();
     let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
     println!("p50 {} p90 {}", at(0.5), at(0.9));
+}
+
+/// Runs `command` holding NAME: subscribed before the first try, so a
+/// release between a failed `SET` and the wait for a message still wakes
+/// it; one thread.
+fn run(url: &str, name: &str, command: &[String]) -> i32 {
+    let Some((program, args)) = command.split_first() else {
+        fail("--run NAME needs a COMMAND");
+    };
+    let client = redis::Client::open(url).unwrap_or_else(|e| fail(&format!("{url}: {e}")));
+    let connect = || {
+        client
+            .get_connection()
+            .unwrap_or_else(|e| fail(&format!("cannot connect: {e}")))
+    };
+    let mut con = connect();
+    let mut listener = connect();
+    let channel = format!("{name}:released");
+    let mut sub = listener.as_pubsub();
+    if let Err(e) = sub.subscribe(&channel) {
+        fail(&format!("subscribe: {e}"));
+    }
+    loop {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(name)
+            .arg("held")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut con)
+            .unwrap_or_else(|e| fail(&format!("SET: {e}")));
+        if set.is_some() {
+            break;
+        }
+        if let Err(e) = sub.get_message() {
+            fail(&format!("message: {e}"));
+        }
+    }
+    let status = std::process::Command::new(program)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run {program}: {e}")));
+    let _: i64 = redis::Script::new(
+        "if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', ARGV[1], '1') end return 1",
+    )
+    .key(name)
+    .arg(&channel)
+    .invoke(&mut con)
+    .unwrap_or_else(|e| fail(&format!("release: {e}")));
+    status.code().unwrap_or(1)
 }
 
 fn fail(message: &str) -> ! {
