@@ -213,8 +213,10 @@ fn list(
 #[cfg(unix)]
 fn holder(json: bool, targets: &[LockTarget]) -> Result<u8, Failure> {
     let mut status = 0;
+    // One reading of the host's lock table for every file asked about.
+    let mut looks = registry::Looks::default();
     for target in targets {
-        match registry::look_up(target, true, false) {
+        match registry::look_up_with(target, true, false, &mut looks) {
             Ok(found) => {
                 if found.unreadable {
                     status = exit_codes::NO_INPUT;

@@ -27,6 +27,16 @@ use clap::{Args as _, FromArgMatches as _};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// What the locks of one `holder` call share: the host's lock table and
+/// the walk of every process's descriptors, read once for all of its
+/// lock files, as `list` reads them once for every row (issue 34 item 4).
+/// Lock URLs each ask their own service.
+#[derive(Default)]
+pub struct Looks {
+    #[cfg(unix)]
+    file: backend::file::inspect::Look,
+}
+
 /// `text` (a lock URL) with its passwords taken out, as the command's
 /// `LOCKRUN_LOCK_URL` carries it: `user:secret@` becomes `user@`, and a
 /// `password=secret` parameter goes with its `&`. The command asks the
@@ -156,9 +166,17 @@ macro_rules! lock_urls {
         /// table leaves unknown; a lock URL's state is never in doubt while
         /// its service answers, and a probe cannot help when it does not.
         pub fn look_up(target: &LockTarget, want_holders: bool, probe: bool) -> Result<Report, Failure> {
+            look_up_with(target, want_holders, probe, &mut Looks::default())
+        }
+
+        /// [`look_up`] for one of several locks asked together (`holder
+        /// A B C`), from what `looks` has read for the others.
+        pub fn look_up_with(target: &LockTarget, want_holders: bool, probe: bool, looks: &mut Looks) -> Result<Report, Failure> {
+            #[cfg(not(unix))]
+            let _ = &looks;
             match target {
                 #[cfg(unix)]
-                LockTarget::File(path) => backend::file::inspect::look_up(path, want_holders, probe),
+                LockTarget::File(path) => backend::file::inspect::look_up_in(path, want_holders, probe, &mut looks.file),
                 // lockrun.exe looks lock files up itself (src/windows/inspect.rs):
                 // the Unix file backend is not built there.
                 #[cfg(not(unix))]

@@ -839,3 +839,100 @@ fn item_18_an_unreadable_held_lock_file_says_one_thing_of_its_record() {
         "{text}"
     );
 }
+
+/// Issue 34 item 4: `holder` reads the host once per call. With several
+/// lock files it read /proc/locks (a few times when the table is longer
+/// than a page) and walked every process's descriptors once per file;
+/// now the files share one reading and one walk, as `list`'s rows do.
+/// Counted, not timed: the opens of /proc/locks and of /proc itself (a
+/// walk of the processes) in one `holder` on four files, with 200 other
+/// locks held so that the table takes more than one read: as many opens
+/// of the table as for one file, at most one walk. Each file's answer is
+/// still its own.
+#[test]
+fn holder_on_several_files_reads_the_host_once() {
+    if !needs("strace", "to count what holder opens")
+        || !needs("python3", "to hold other locks")
+        || !needs("flock", "util-linux flock(1), a holder without a record")
+    {
+        return;
+    }
+    let dir = temp_dir();
+    let by_lockrun = dir.path().join("by-lockrun");
+    let by_flock = dir.path().join("by-flock");
+    let released = dir.path().join("released");
+    let missing = dir.path().join("missing");
+    lockrun().arg(&released).arg("true").assert().success();
+    let (_lockrun, _) = Background::lockrun_holding(&[], &by_lockrun, "echo ready; exec sleep 60");
+    let mut flock = std::process::Command::new("flock");
+    flock
+        .arg(&by_flock)
+        .args(["sh", "-c", "echo ready; exec sleep 60"]);
+    let flock = Background::spawn(flock);
+    flock.expect_ready();
+    let mut others = std::process::Command::new("python3");
+    others
+        .args([
+            "-c",
+            "import fcntl,os,sys\nfs=[open(os.path.join(sys.argv[1],'other%d'%i),'w') for i in range(200)]\n\
+             [fcntl.flock(f,fcntl.LOCK_EX) for f in fs]\nprint('ready',flush=True)\nsys.stdin.readline()",
+        ])
+        .arg(dir.path());
+    let others = Background::spawn(others);
+    others.expect_ready();
+    // What one `holder` opens: /proc/locks (a torn table is read a fixed
+    // few times, and again a fixed few) and /proc (a walk).
+    let opens = |paths: &[&std::path::Path]| {
+        let trace = dir.path().join("trace");
+        let out = Command::new("strace")
+            .args(["-f", "-qq", "-e", "trace=openat,open", "-o"])
+            .arg(&trace)
+            .arg(bin())
+            .arg("holder")
+            .args(paths)
+            .output()
+            .unwrap();
+        let trace = std::fs::read_to_string(&trace).unwrap();
+        let counts = (
+            trace.matches("\"/proc/locks\"").count(),
+            trace.matches("\"/proc\", ").count(),
+        );
+        (out, counts)
+    };
+    let (_, (one_table, _)) = opens(&[&released]);
+    let (out, (table, walks)) = opens(&[&by_lockrun, &by_flock, &released, &missing]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |path: &std::path::Path| {
+        let start = format!("{}: ", path.display());
+        text.lines()
+            .find(|l| l.starts_with(&start))
+            .unwrap_or_else(|| panic!("no line for {}: {text}", path.display()))
+            .to_owned()
+    };
+    assert!(
+        line(&by_lockrun).contains(": held (exclusive) by pid "),
+        "{text}"
+    );
+    assert!(
+        line(&by_flock).contains(&format!(": held (exclusive) by pid {}", flock.pid())),
+        "{text}"
+    );
+    assert!(line(&released).contains(": free"), "{text}");
+    assert!(line(&missing).contains(": free"), "{text}");
+    assert!(one_table >= 1, "holder on one file never read /proc/locks");
+    assert_eq!(
+        table, one_table,
+        "holder read /proc/locks {table} times for 4 files, {one_table} for one"
+    );
+    assert!(
+        walks <= 1,
+        "holder walked the processes {walks} times for 4 files"
+    );
+    drop(others);
+}

@@ -19,7 +19,18 @@ use std::path::Path;
 /// `holder` and `check` on a lock file; `probe` (`check --probe`) tries
 /// the lock where the kernel's table leaves its state unknown.
 pub fn look_up(path: &Path, want_holders: bool, probe: bool) -> Result<Report, Failure> {
-    let mut found = inspect(path, want_holders)?;
+    look_up_in(path, want_holders, probe, &mut Look::default())
+}
+
+/// [`look_up`] from the readings `look` has made or will make: `holder`
+/// on several lock files reads the host's table once for all of them.
+pub(crate) fn look_up_in(
+    path: &Path,
+    want_holders: bool,
+    probe: bool,
+    look: &mut Look,
+) -> Result<Report, Failure> {
+    let mut found = inspect_in(path, want_holders, look)?;
     if probe {
         probe_unknown(path, &mut found)
             .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot probe", path, &e))?;
