@@ -106,7 +106,8 @@ fn keep_watch(head: libc::pid_t, fd: libc::c_int, stat: &CString) -> ! {
         }
         libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
         let every = libc::timespec {
-            tv_sec: EVERY.as_secs() as libc::time_t,
+            // `as _`: the field's own type (libc::time_t is deprecated on musl).
+            tv_sec: EVERY.as_secs() as _,
             tv_nsec: EVERY.subsec_nanos() as libc::c_long,
         };
         let mut buf = [0u8; 512];
