@@ -11,8 +11,11 @@
 #   --reps N       runs per figure; the median is printed (default 5)
 #   --quick        a smoke test in well under 2 minutes: counts 0,1,1000,
 #                  1 run per figure, BEFORE's list once (unless given)
-#   BEFORE_LIST_REPS=N  runs of BEFORE's `list` (default: --reps): a build
-#                  that inspects each row on its own takes minutes a run
+#   BEFORE_REPS=N  runs of each of BEFORE's figures (default: --reps): a
+#                  build from before issue 34 takes minutes for a 1024-slot
+#                  `check` beside 5,000 locks
+#   BEFORE_LIST_REPS=N  runs of BEFORE's `list` (default: BEFORE_REPS): a
+#                  build that inspects each row on its own takes minutes a run
 #
 # For each count, one helper process (python3) takes that many flock(2)
 # locks on files of its own, one descriptor each, and holds them. Beside
@@ -129,11 +132,11 @@ for count in ${COUNTS//,/ }; do
   printf '%-8s' "$count"
   for bin in ${BEFORE:+"$BEFORE"} "$LOCKRUN"; do
     verify "$bin" "$count"
-    reps=$REPS
-    [ "$bin" = "$LOCKRUN" ] || reps=${BEFORE_LIST_REPS:-$REPS}
+    reps=$REPS list_reps=$REPS
+    [ "$bin" = "$LOCKRUN" ] || { reps=${BEFORE_REPS:-$REPS}; list_reps=${BEFORE_LIST_REPS:-$reps}; }
     printf ' %10s %10s %10s %10s' \
-      "$(time_ms --reps "$reps" "$bin" list)" "$(time_ms "$bin" holder "$HELD")" \
-      "$(time_ms "$bin" check "$HELD")" "$(time_ms "$bin" check "$SLOTTED")"
+      "$(time_ms --reps "$list_reps" "$bin" list)" "$(time_ms --reps "$reps" "$bin" holder "$HELD")" \
+      "$(time_ms --reps "$reps" "$bin" check "$HELD")" "$(time_ms --reps "$reps" "$bin" check "$SLOTTED")"
   done
   command -v lslocks >/dev/null && printf ' %10s' "$(time_ms lslocks)"
   printf '\n'
