@@ -79,7 +79,6 @@ hyperfine -N --warmup 10 --runs "$RUNS" --style basic --export-markdown "$dir/ta
   -n "psql -c pg_advisory_lock (baseline)" "${PSQL[*]} -c \"SELECT pg_advisory_lock(hashtextextended('bench', 0))\"" \
   -n "lockrun FILE true (for scale)" "$LOCKRUN $dir/bench.lock true" "${floor_row[@]}" >/dev/null
 cat "$dir/table.md"
-[ -z "$floor" ] || run_goal "$dir/table.md" "lockrun postgres:///#bench true" "floor-run bench true"
 
 # ---------------------------------------------------------------- handoff
 # A holder runs `read; date +%s%N` under the lock, fed through a FIFO; a
@@ -168,10 +167,13 @@ done
 # The floor (bench/floors/README.md): PostgreSQL's own release -> wake-up,
 # one session's pg_advisory_unlock to another's pg_advisory_lock returning.
 if [ -n "$floor" ]; then
-  "$floor" "$CONNINFO" "$HANDOFFS" | tail -1 | awk '{
-    printf "%-10s %8.2f %8.2f %8s  (the floor: unlock -> lock returns)\n", "floor", $2/1000, $4/1000, "-" }'
+  last=$("$floor" "$CONNINFO" "$HANDOFFS" | tail -1)
+  echo "$last" | awk '{
+    printf "%-10s %8.2f %8.2f %8s  (the floor: unlock -> lock returns; one round trip %.2f)\n", "floor", $2/1000, $4/1000, "-", $6/1000 }'
   # Issue 34's goals, against the like-for-like floor.
   floor_goals lockrun "$dir/samples.lockrun" "$dir/samples.floor-run"
+  run_goal lockrun "$(table_mean "$dir/table.md" "lockrun postgres:///#bench true")" \
+    "$(table_mean "$dir/table.md" "floor-run bench true")" "$(echo "$last" | awk '{ print $6 }')"
 else
   echo "# floor: examples/floor-postgres.rs did not build"
 fi

@@ -5,7 +5,9 @@
 //!   cargo run --release --features etcd --example floor-etcd -- HOST:PORT [ROUNDS]
 //!   floor-etcd HOST:PORT --run NAME -- COMMAND [ARG...]
 //!
-//! Prints one latency a line (microseconds), then `p50 p90` of them.
+//! Prints one latency a line (microseconds), then `p50 P p90 P rtt R`:
+//! R is the median of one plain request's round trip (a get), the "one
+//! round trip" of issue 34's goal for acquire + run + release.
 //! bench/etcd.sh prints it beside lockrun's handoff.
 //!
 //! With `--run`, the floor of the handoff as lockrun's rows measure it:
@@ -39,13 +41,21 @@ fn main() {
         Err(e) => fail(&format!("cannot start a runtime: {e}")),
     };
     let url = format!("http://{endpoint}");
-    let mut times = runtime.block_on(async move {
+    let (mut times, mut trips) = runtime.block_on(async move {
         let connect = || etcd_client::Client::connect([url.clone()], None);
         let (mut holder, mut waiter) = match (connect().await, connect().await) {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => fail(&format!("cannot connect to {endpoint}: {e}")),
         };
         let key = format!("lockrun-floor/{}", std::process::id());
+        let mut trips = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let t0 = Instant::now();
+            if let Err(e) = holder.get(key.as_str(), None).await {
+                fail(&format!("get: {e}"));
+            }
+            trips.push(t0.elapsed().as_micros());
+        }
         let mut times = Vec::with_capacity(rounds);
         for _ in 0..rounds {
             let revision = match holder.put(key.as_str(), "held", None).await {
@@ -79,9 +89,9 @@ fn main() {
             }
             times.push(t0.elapsed().as_micros());
         }
-        times
+        (times, trips)
     });
-    report(&mut times);
+    report(&mut times, &mut trips);
 }
 
 /// Runs `command` holding a queue lock on NAME: put our key, wait for the
@@ -154,13 +164,19 @@ fn run(endpoint: &str, name: &str, command: &[String]) -> i32 {
     })
 }
 
-fn report(times: &mut [u128]) {
+fn report(times: &mut [u128], trips: &mut [u128]) {
     for t in times.iter() {
         println!("{t}");
     }
     times.sort_unstable();
-    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
-    println!("p50 {} p90 {}", at(0.5), at(0.9));
+    trips.sort_unstable();
+    let at = |v: &[u128], q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
+    println!(
+        "p50 {} p90 {} rtt {}",
+        at(times, 0.5),
+        at(times, 0.9),
+        at(trips, 0.5)
+    );
 }
 
 fn fail(message: &str) -> ! {

@@ -7,7 +7,9 @@
 //!
 //!   floor-redis redis://HOST:PORT --run NAME -- COMMAND [ARG...]
 //!
-//! Prints one latency a line (microseconds), then `p50 p90` of them.
+//! Prints one latency a line (microseconds), then `p50 P p90 P rtt R`:
+//! R is the median of one plain command's round trip (`PING`), the "one
+//! round trip" of issue 34's goal for acquire + run + release.
 //!
 //! With `--run`, the floor of the handoff as lockrun's rows measure it:
 //! the least a tool must do to run COMMAND under a Redis lock that wakes
@@ -65,6 +67,16 @@ fn main() {
     let release = redis::Script::new(
         "if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', ARGV[1], '1') end return 1",
     );
+    let mut trips: Vec<u128> = (0..rounds)
+        .map(|_| {
+            let t0 = Instant::now();
+            let pong: Result<String, _> = redis::cmd("PING").query(&mut holder);
+            if let Err(e) = pong {
+                fail(&format!("PING: {e}"));
+            }
+            t0.elapsed().as_micros()
+        })
+        .collect();
     let mut times = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let _: () = redis::cmd("SET")
@@ -88,8 +100,14 @@ fn main() {
         println!("{t}");
     }
     times.sort_unstable();
-    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
-    println!("p50 {} p90 {}", at(0.5), at(0.9));
+    trips.sort_unstable();
+    let at = |v: &[u128], q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
+    println!(
+        "p50 {} p90 {} rtt {}",
+        at(&times, 0.5),
+        at(&times, 0.9),
+        at(&trips, 0.5)
+    );
 }
 
 /// Runs `command` holding NAME: subscribed before the first try, so a
