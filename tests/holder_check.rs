@@ -936,3 +936,91 @@ fn holder_on_several_files_reads_the_host_once() {
     );
     drop(others);
 }
+
+/// Where kcmp(2) is refused (EPERM: a process we may not compare, or a
+/// seccomp policy; ENOSYS: a kernel without it), `holder` cannot tell
+/// that a command's descriptor is its lockrun's open file description:
+/// each process is then its own holder. More holders than locks, never
+/// fewer, and never a wrong "free". A seccomp filter (built with cc)
+/// makes kcmp return EPERM for `holder` alone.
+#[test]
+fn where_kcmp_is_refused_each_process_is_its_own_holder() {
+    if !cfg!(target_arch = "x86_64") || !needs("cc", "a seccomp filter that refuses kcmp(2)") {
+        return;
+    }
+    let dir = temp_dir();
+    let source = dir.path().join("nokcmp.c");
+    let wrapper = dir.path().join("nokcmp");
+    std::fs::write(
+        &source,
+        r#"
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* Runs argv[1..] with kcmp(2) failing EPERM (x86_64 syscall numbers). */
+int main(int argc, char **argv) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_kcmp, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+        return 70;
+    execvp(argv[1], argv + 1);
+    return 71;
+}
+"#,
+    )
+    .unwrap();
+    let built = Command::new("cc")
+        .arg("-o")
+        .arg(&wrapper)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc could not build the seccomp wrapper");
+    let lock = lock_in(&dir);
+    let script = "echo ready $$; exec sleep 60";
+    let (_a, a) = Background::lockrun_holding(&["--fcntl", "-s"], &lock, script);
+    let (_b, b) = Background::lockrun_holding(&["--fcntl", "-s"], &lock, script);
+    wait_exec(&a[0], "sleep");
+    wait_exec(&b[0], "sleep");
+    // With kcmp: two holders, each command under its lockrun.
+    assert!(
+        holder_text(&lock).contains("held (shared) by 2 processes:"),
+        "{}",
+        holder_text(&lock)
+    );
+    let refused = |sub: &str| {
+        let out = Command::new(&wrapper)
+            .arg(bin())
+            .arg(sub)
+            .arg(&lock)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, text, stderr) = refused("holder");
+    assert_eq!(status, Some(0), "{text}{stderr}");
+    assert!(text.contains("held (shared) by 4 processes:"), "{text}");
+    for pid in [&a[0], &b[0]] {
+        assert!(
+            text.contains(&format!("\n  pid {pid} `sleep 60`, OFD lock")),
+            "pid {pid} is not a holder of its own: {text}"
+        );
+    }
+    assert!(!text.contains("also held through"), "{text}");
+    let (status, text, stderr) = refused("check");
+    assert_eq!(status, Some(0), "check under the filter: {text}{stderr}");
+}
