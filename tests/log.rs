@@ -392,9 +392,9 @@ fn a_missing_socket_changes_nothing() {
             assert_eq!(with.status.code(), without.status.code());
             assert_eq!(with.stdout, without.stdout);
             // The wait's length is in the message: compare with every
-            // number, and the unit after it, as N ("980ms ago" and "1s
-            // ago" are one message: the two runs straddled a second
-            // under load once).
+            // number, its decimals and the unit after it, as N ("980ms
+            // ago", "1s ago" and "1.2s ago" are one message: the two runs
+            // straddled a second under load, twice).
             let words = |o: &Output| {
                 let mut out = String::new();
                 let mut in_number = false;
@@ -404,8 +404,9 @@ fn a_missing_socket_changes_nothing() {
                             out.push('N');
                         }
                         in_number = true;
-                    } else if in_number && c.is_ascii_lowercase() {
-                        // a unit (ms, s, 1m30s's m): part of the number
+                    } else if in_number && (c.is_ascii_lowercase() || c == '.') {
+                        // a unit (ms, s, 1m30s's m) or a decimal point
+                        // ("1.2s ago" beside "980ms ago"): part of the number
                     } else {
                         in_number = false;
                         out.push(c);
