@@ -1479,7 +1479,63 @@ fn options_not_built_for_windows_yet_say_so() {
         &["--log", "journal"],
     ] {
         let out = output(run_with(args, &lock, "exit|0"));
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
-        assert!(stderr(&out).contains(args[0]), "{args:?}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {said}");
+        // Named, with the reason: not an unknown option.
+        assert!(said.contains(args[0]), "{args:?}: {said}");
+        assert!(!said.contains("unknown option"), "{args:?}: {said}");
+        assert!(
+            said.contains("not built for Windows yet") || said.contains("Unix-only"),
+            "{args:?}: {said}"
+        );
     }
+}
+
+/// `--skip-if-succeeded-within` on a lock URL: after a success, the next
+/// run within the period does not run its command, exits 0, says so and
+/// is counted as skipped_recent; after a failure the command runs. With
+/// `-s` it is a usage error, as on Linux.
+#[test]
+fn redis_url_skip_if_succeeded_within() {
+    let Some(s) = redis() else {
+        return;
+    };
+    let dir = tmp();
+    let url = s.url("skip");
+    let marker = dir.path().join("ran");
+    let prom = dir.path().join("skip.prom");
+    let prom_arg = prom.display().to_string();
+    let what = format!("touch|{}", marker.display());
+    let skip = [
+        "--skip-if-succeeded-within",
+        "1h",
+        "--metrics-file",
+        prom_arg.as_str(),
+    ];
+    let out = output(url_run(&skip, &url, &what));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "the first run ran");
+    fs::remove_file(&marker).expect("remove the marker");
+    let out = output(url_run(&skip, &url, &what));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !marker.exists(),
+        "the run within the period ran its command"
+    );
+    assert!(
+        stderr(&out).contains("not running the command"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        metric(&prom, "lockrun_runs_total", "skipped_recent"),
+        Some(1.0)
+    );
+    assert_eq!(status(url_run(&[], &url, "exit|3")), 3);
+    let out = output(url_run(&skip, &url, &what));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "after a failure the command runs");
+    let mut shared = skip.to_vec();
+    shared.push("-s");
+    assert_eq!(status(url_run(&shared, &url, "exit|0")), 64);
 }

@@ -84,6 +84,8 @@ Options:
       --max-time DUR         end the command and all it started after DUR (exit 124)
       --ttl DUR              a lock URL's lease (default 10s)
       --metrics-file PATH    count each run's outcome in PATH (Prometheus textfile format)
+      --skip-if-succeeded-within DUR
+                             lock URLs: do not run if the last run exited 0 less than DUR ago
   -h, --help                 print this help
   -V, --version              print the version
 
@@ -347,6 +349,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
     let mut ttl: Option<Duration> = None;
     let mut kill_grace: Option<Duration> = None;
     let mut metrics_file: Option<PathBuf> = None;
+    let mut skip_within: Option<Duration> = None;
     // The lock URL backends' own options (`--cacert`, `--user`, ...), with
     // their values, for the registry's parser once LOCKFILE is known.
     let mut url_options: Vec<OsString> = Vec::new();
@@ -511,9 +514,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
                 ));
             }
             "--skip-if-succeeded-within" => {
-                return Err(usage(
-                    "--skip-if-succeeded-within is not built for Windows yet: its checks and the file run it needs are the Unix command line's and run flow's",
-                ));
+                let v = value(&mut it, &name)?;
+                skip_within = Some(duration(&name, &v)?);
             }
             "--metrics-file" => metrics_file = Some(PathBuf::from(value(&mut it, &name)?)),
             // syslog's /dev/log and the journal's socket are Unix sockets
@@ -564,6 +566,10 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
     if slots.is_some() && shared_given {
         return Err(usage("-s/--shared and --slots cannot be used together"));
     }
+    if let Some(message) = crate::backend::skip_recent_refusal(skip_within, shared_given, no_record)
+    {
+        return Err(usage(message));
+    }
     // Only with --metrics-file: otherwise `None`, and the run flow does
     // nothing for monitoring (as on Linux).
     let observe = metrics_file.map(|path| crate::observe::Observers {
@@ -590,7 +596,10 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             forward_signals: false,
             max_time: max_time.map(|(limit, _)| limit),
             kill_grace: kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
-            skip_if_succeeded_within: None,
+            // Decided in the one run flow (`run::run_with`), from the
+            // record the service keeps; the backend's capabilities
+            // (`asked.skip_recent`) refuse it where there is none.
+            skip_if_succeeded_within: skip_within,
             observe,
         };
         let asked = crate::backend::Asked {
@@ -599,7 +608,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             poll: false,
             byte_ranges: false,
             slots: slots.is_some(),
-            skip_recent: false,
+            skip_recent: skip_within.is_some(),
         };
         let base = crate::backend::UrlBase {
             nonblocking: timeout == Some(Duration::ZERO),
@@ -629,6 +638,13 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             "{} applies only to lock URLs, not to a lock file",
             option.to_string_lossy()
         )));
+    }
+    if skip_within.is_some() {
+        // lockrun.exe's file run has its own flow (src/windows/run.rs),
+        // not the one run flow that decides the skip for a lock URL.
+        return Err(usage(
+            "--skip-if-succeeded-within on a lock file is not built for Windows yet (it works on a lock URL): the Windows file run is not the run flow that decides it",
+        ));
     }
     Ok(Invocation::Run(RunOptions {
         lockfile,
