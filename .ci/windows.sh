@@ -8,6 +8,9 @@
 #   .ci/windows.sh --broken   also builds each deliberately broken variant
 #                             (LOCKRUN_BROKEN=...) and requires the suite to
 #                             fail on it: the tests can fail
+#   LOCKRUN_WIN_FILTER='NAME...' .ci/windows.sh
+#                             only the tests whose name contains a NAME, and
+#                             no release build (a quick check of a change)
 #
 # Wine notes (issue 27): one wineserver for every process (locks are seen
 # only within one server), started first with -p; WINEDEBUG=-all; a fresh
@@ -29,6 +32,7 @@ command -v x86_64-w64-mingw32-gcc >/dev/null || missing+=(gcc-mingw-w64-x86-64)
 command -v wine >/dev/null || missing+=(wine wine64)
 command -v python3 >/dev/null || missing+=(python3)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v openssl >/dev/null || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -105,6 +109,44 @@ if command -v etcd >/dev/null; then
   server_pids+=($!)
   export LOCKRUN_WIN_ETCD_URL="etcd://127.0.0.1:$etcd_port"
 fi
+# TLS and authentication from Windows: a CA and a certificate for
+# 127.0.0.1 (P-256, as bench/etcd.sh makes them), a Redis that speaks
+# only TLS and wants a password, and an etcd that speaks only https with
+# authentication on (etcd refuses to send a password in clear). The tests
+# get the CA as a Windows path (Wine's Z: is the Unix root).
+TLS="$SERVERS/tls"
+mkdir -p "$TLS"
+ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+openssl req -x509 "${ec[@]}" -keyout "$TLS/ca.key" -out "$TLS/ca.pem" -days 1 -subj /CN=lockrun-win-ca 2>/dev/null
+openssl req "${ec[@]}" -keyout "$TLS/server.key" -out "$TLS/server.csr" -subj /CN=lockrun-win 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$TLS/ext"
+openssl x509 -req -in "$TLS/server.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" -CAcreateserial \
+  -out "$TLS/server.pem" -days 1 -extfile "$TLS/ext" 2>/dev/null
+chmod 644 "$TLS"/*
+export LOCKRUN_WIN_CACERT="Z:$TLS/ca.pem"
+rediss_port="$(free_port)"
+redis-server --port 0 --tls-port "$rediss_port" --bind 127.0.0.1 --save '' --appendonly no \
+  --tls-cert-file "$TLS/server.pem" --tls-key-file "$TLS/server.key" \
+  --tls-ca-cert-file "$TLS/ca.pem" --tls-auth-clients no --requirepass win-redis-pw \
+  --dir "$SERVERS" >"$SERVERS/rediss.log" 2>&1 &
+server_pids+=($!)
+export LOCKRUN_WIN_REDISS_URL="rediss://127.0.0.1:$rediss_port"
+export LOCKRUN_WIN_REDIS_PASSWORD=win-redis-pw
+etcds_port=
+if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
+  etcds_port="$(free_port)"
+  etcds_peer="$(free_port)"
+  etcd --name wins --data-dir "$SERVERS/etcds" \
+    --listen-client-urls "https://127.0.0.1:$etcds_port" \
+    --advertise-client-urls "https://127.0.0.1:$etcds_port" \
+    --cert-file "$TLS/server.pem" --key-file "$TLS/server.key" \
+    --listen-peer-urls "http://127.0.0.1:$etcds_peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcds_peer" \
+    --initial-cluster "wins=http://127.0.0.1:$etcds_peer" >"$SERVERS/etcds.log" 2>&1 &
+  server_pids+=($!)
+  export LOCKRUN_WIN_ETCDS_URL="etcd+https://127.0.0.1:$etcds_port"
+  export LOCKRUN_WIN_ETCD_USER=winapp LOCKRUN_WIN_ETCD_PASSWORD=win-etcd-pw
+fi
 pg_port=
 pg_bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
 [ -n "$pg_bin" ] || pg_bin="$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")"
@@ -125,6 +167,10 @@ if [ -x "$pg_bin/initdb" ] && command -v setpriv >/dev/null && [ "$(id -u)" = 0 
   ) &
   pg_job=$!
   export LOCKRUN_WIN_POSTGRES_URL="postgres://postgres@127.0.0.1:$pg_port/postgres"
+  # A role that must give its password (scram-sha-256), ahead of the
+  # trust line initdb wrote: set up once the server is up (below).
+  export LOCKRUN_WIN_POSTGRES_PW_URL="postgres://winpw@127.0.0.1:$pg_port/postgres"
+  export LOCKRUN_WIN_POSTGRES_PASSWORD=win-pg-pw
 fi
 
 step "cargo clippy --target $TARGET (without features, and with $FEATURES)"
@@ -141,11 +187,34 @@ wait_port "$redis_port" || { cat "$SERVERS/redis.log"; exit 1; }
 if [ -n "$etcd_port" ]; then wait_port "$etcd_port" || { cat "$SERVERS/etcd.log"; exit 1; }; fi
 if [ -n "$pg_port" ]; then
   wait "$pg_job" || { cat "$SERVERS"/initdb.log "$SERVERS"/pgsock/pg.log; exit 1; }
+  psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres \
+    -c "SET password_encryption = 'scram-sha-256'; CREATE ROLE winpw LOGIN PASSWORD 'win-pg-pw'" >/dev/null
+  sed -i '1i host all winpw 127.0.0.1/32 scram-sha-256' "$PG_DATA/pg_hba.conf"
+  psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "SELECT pg_reload_conf()" >/dev/null
+fi
+wait_port "$rediss_port" || { cat "$SERVERS/rediss.log"; exit 1; }
+if [ -n "$etcds_port" ]; then
+  wait_port "$etcds_port" || { cat "$SERVERS/etcds.log"; exit 1; }
+  # Authentication on, with a user whose role may lock names under win-
+  # (the tests' lock names), as tests/servers/etcd.rs sets it up.
+  ectl() { etcdctl --endpoints "https://127.0.0.1:$etcds_port" --cacert "$TLS/ca.pem" "$@" >/dev/null; }
+  ectl user add root:win-root-pw
+  ectl user grant-role root root
+  ectl role add winlockers
+  ectl role grant-permission winlockers --prefix=true readwrite win-
+  ectl user add "$LOCKRUN_WIN_ETCD_USER:$LOCKRUN_WIN_ETCD_PASSWORD"
+  ectl user grant-role "$LOCKRUN_WIN_ETCD_USER" winlockers
+  ectl auth enable
 fi
 
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
 step "tests/windows.rs under Wine"
-cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows
+read -ra filter <<<"${LOCKRUN_WIN_FILTER:-}"
+cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows -- "${filter[@]}"
+if [ ${#filter[@]} -gt 0 ]; then
+  step "LOCKRUN_WIN_FILTER given: no release build"
+  exit 0
+fi
 
 if [ "${1:-}" = --broken ]; then
   for broken in no-lock record-after-resume no-kill-on-close no-terminate-job; do

@@ -1249,23 +1249,12 @@ fn run_invocation(
             crate::backend::NO_ONE_LAST_RUN
         )));
     }
-    // The rule is "exactly one of the contenders runs, decided from the
-    // record under the lock": shared holders run side by side, and a run
-    // without a record would leave the next one nothing to go by.
-    if args.skip_if_succeeded_within.is_some() && mode == LockMode::Shared {
-        return Err(usage(
-            "--skip-if-succeeded-within cannot be used with -s: shared holders run at the same time, so the last run cannot decide for them; take the lock exclusively",
-        ));
-    }
-    if args.skip_if_succeeded_within == Some(Duration::ZERO) {
-        return Err(usage(
-            "--skip-if-succeeded-within 0 would never skip: give the period a success counts for (30m, 1h, 1d)",
-        ));
-    }
-    if args.skip_if_succeeded_within.is_some() && args.no_record {
-        return Err(usage(
-            "--skip-if-succeeded-within cannot be used with --no-record: it goes by the record the last run left",
-        ));
+    if let Some(message) = crate::backend::skip_recent_refusal(
+        args.skip_if_succeeded_within,
+        mode == LockMode::Shared,
+        args.no_record,
+    ) {
+        return Err(usage(message));
     }
     if args.no_fork && !args.also.is_empty() {
         return Err(usage(

@@ -12,6 +12,7 @@
 //! cannot be complete (a network file system, a PID namespace that hides
 //! holders outside it) the answer is "unknown", never a guess of "free".
 
+use crate::exit_codes;
 use crate::platform::LockSpan;
 use crate::record::Record;
 use serde::Serialize;
@@ -125,6 +126,9 @@ impl Serialize for Service {
     }
 }
 
+/// `check --token` on a lock file, on every OS: a usage error.
+pub const TOKEN_FOR_FILES: &str = "--token is for lock URLs: a file lock has no fencing token (the kernel alone says who holds it; `lockrun check LOCKFILE` asks)";
+
 impl Report {
     /// Whether `token` is the fencing token of a current holder (of the
     /// lock, or of one of its slots): what the holder's record says, read
@@ -143,6 +147,20 @@ impl Report {
             .iter()
             .flatten()
             .any(|slot| slot.holds_token(token))
+    }
+
+    /// `check`'s exit status for this answer, with `--token T` or
+    /// without: one rule for lockrun on every OS. 69 when the lock's state
+    /// is unknown; without a token 0 held, 1 free; with one, 0 only if T
+    /// is a current holder's token.
+    pub fn check_status(&self, token: Option<i64>) -> u8 {
+        match (self.state, token) {
+            (State::Unknown, _) => exit_codes::UNAVAILABLE,
+            (State::Held, None) => 0,
+            (State::Free, None) => exit_codes::NOT_HELD,
+            (_, Some(token)) if self.holds_token(token) => 0,
+            (_, Some(_)) => exit_codes::NOT_HELD,
+        }
     }
 
     /// An existing lock nobody holds, with nothing known yet about it:

@@ -243,20 +243,11 @@ fn check(
     target: &LockTarget,
 ) -> Result<u8, Failure> {
     if token.is_some() && !target.is_url() {
-        return Err(Failure::new(
-            exit_codes::USAGE,
-            "--token is for lock URLs: a file lock has no fencing token (the kernel alone says who holds it; `lockrun check LOCKFILE` asks)",
-        ));
+        return Err(Failure::new(exit_codes::USAGE, inspect::TOKEN_FOR_FILES));
     }
     let found = registry::look_up(target, json || !quiet, probe)?;
     if !quiet {
         report::print(&found, json)?;
     }
-    Ok(match (found.state, token) {
-        (State::Unknown, _) => exit_codes::UNAVAILABLE,
-        (State::Held, None) => 0,
-        (State::Free, None) => exit_codes::NOT_HELD,
-        (_, Some(token)) if found.holds_token(token) => 0,
-        (_, Some(_)) => exit_codes::NOT_HELD,
-    })
+    Ok(found.check_status(token))
 }

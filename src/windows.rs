@@ -19,13 +19,14 @@ pub fn main() -> i32 {
         cli::Invocation::UrlRun(opts) => {
             crate::registry::run(&opts).map(|ending| i32::from(ending.status()))
         }
-        cli::Invocation::Holder { json, paths } => Ok(urls::holder(json, &paths)),
+        cli::Invocation::Holder { json, targets } => Ok(urls::holder(json, &targets)),
         cli::Invocation::Check {
             json,
             quiet,
             probe,
-            path,
-        } => urls::check(json, quiet, probe, &path),
+            token,
+            target,
+        } => urls::check(json, quiet, probe, token, &target),
         cli::Invocation::List { json, paths } => Ok(inspect::list(json, &paths)),
         cli::Invocation::Done => Ok(0),
     });

@@ -153,8 +153,10 @@ fn helper() {
         }
         // --slots and -s: a marker per holder in a directory; the most
         // markers ever seen at once go into this holder's result file.
+        // Each holds on for `crowd|DIR|MS` (300 ms unless given).
         "crowd" => {
             let dir = PathBuf::from(arg(1));
+            let hold = Duration::from_millis(arg(2).parse().unwrap_or(300));
             let slot = std::env::var("LOCKRUN_SLOT").unwrap_or_else(|_| "none".into());
             let me = std::process::id();
             let marker = dir.join(format!("in-{me}"));
@@ -169,12 +171,12 @@ fn helper() {
                 {
                     fs::write(dir.join(format!("dup-{me}")), &slot).expect("dup");
                 }
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(hold);
                 let count = count_in(&dir);
                 let _ = fs::remove_file(&taken);
                 fs::write(dir.join(format!("seen-{me}")), count.to_string()).expect("seen");
             } else {
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(hold);
                 let count = count_in(&dir);
                 fs::write(dir.join(format!("seen-{me}")), count.to_string()).expect("seen");
             }
@@ -532,7 +534,6 @@ fn unix_only_forms_are_usage_errors() {
         vec!["--fd", "3", "x"],
         vec!["--start", "0", "x", "y"],
         vec!["-u", "3"],
-        vec!["--metrics-file", "m.prom", "x", "y"],
         vec!["--log", "syslog", "x", "y"],
         vec!["--log-facility", "daemon", "x", "y"],
     ] {
@@ -630,9 +631,10 @@ impl Service {
     /// The lock URL of lock `name`, unique to this test process.
     fn url(&self, name: &str) -> String {
         let name = format!("win-{}-{name}", std::process::id());
-        match self.name {
-            "etcd" => format!("{}/{name}", self.base),
-            _ => format!("{}#{name}", self.base),
+        // etcd names the lock by path; Redis and PostgreSQL by fragment.
+        match self.base.starts_with("etcd") {
+            true => format!("{}/{name}", self.base),
+            false => format!("{}#{name}", self.base),
         }
     }
 
@@ -1118,4 +1120,422 @@ fn postgres_url_killed_lockrun_ends_its_command_and_frees_the_lock() {
     if let Some(s) = postgres() {
         url_killed_holder(&s);
     }
+}
+
+// ---------------------------------------------------------------------
+// TLS and authentication, `holder`/`check` with a URL's options, and
+// `--metrics-file`, from Windows (issue 27's rest). .ci/windows.sh starts
+// a Redis that speaks only TLS and wants a password, an etcd that speaks
+// only https with authentication on, and a PostgreSQL role with a
+// password; the CA comes as a Windows path.
+
+/// An environment variable the tests need beside a service's URL, with
+/// the same SKIPPED rule as `Service::from_env`.
+fn needed(var: &str) -> Option<String> {
+    Service::from_env("TLS and authentication", var).map(|s| s.base)
+}
+
+/// `lockrun ARGS...` with `env`, its status and stdout.
+fn lockrun_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = lockrun();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = output(c);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr(&out),
+    )
+}
+
+/// What a refused look-up lacks, and the options and environment it has.
+type Without<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
+
+/// A lock URL that needs `opts` (TLS files, a user) and `env` (a
+/// password): a run with them holds it; `holder` and `check` with the same
+/// options see it held while it runs (with its fencing token: `check
+/// --token`) and free after. Each of `without` (what it lacks, its
+/// options, its environment) is refused: the options and the password
+/// are what made the answers possible.
+fn url_with_access(
+    url: &str,
+    has_token: bool,
+    opts: &[&str],
+    env: &[(&str, &str)],
+    without: &[Without],
+) {
+    let mut run = url_run(opts, url, "sleep|5000");
+    for (k, v) in env {
+        run.env(k, v);
+    }
+    let holder = spawn(run);
+    let with = |sub: &[&str]| {
+        let mut args: Vec<&str> = sub.to_vec();
+        args.extend_from_slice(opts);
+        args.push(url);
+        lockrun_env(&args, env)
+    };
+    let start = Instant::now();
+    while with(&["check", "-q"]).0 != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{url} never became held: check said {:?}",
+            with(&["check"])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, shown, said) = with(&["holder"]);
+    assert_eq!(code, 0, "holder: {said}");
+    assert!(shown.contains("pid "), "holder said: {shown}");
+    let (code, json, said) = with(&["check", "--json"]);
+    assert_eq!(code, 0, "check --json: {said}");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("check --json is JSON");
+    assert_eq!(report["state"], "held", "{report}");
+    if has_token {
+        let token = report["record"]["fencing_token"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no fencing token in {report}"));
+        let (ours, other) = (token.to_string(), (token + 1).to_string());
+        assert_eq!(
+            with(&["check", "-q", "--token", &ours]).0,
+            0,
+            "its own token"
+        );
+        assert_eq!(
+            with(&["check", "-q", "--token", &other]).0,
+            1,
+            "another token"
+        );
+    }
+    for (lacking, their_opts, their_env) in without {
+        let mut args = vec!["check", "-q"];
+        args.extend_from_slice(their_opts);
+        args.push(url);
+        let (code, _, said) = lockrun_env(&args, their_env);
+        assert_ne!(code, 0, "check without {lacking} saw the lock: {said}");
+        assert_ne!(code, 1, "check without {lacking} said free: {said}");
+    }
+    let out = holder.wait_with_output().expect("the holder ends");
+    assert!(out.status.success(), "the run: {}", stderr(&out));
+    assert_eq!(with(&["check", "-q"]).0, 1, "free after the run");
+    let (code, shown, said) = with(&["holder"]);
+    assert_eq!(code, 0, "holder after: {said}");
+    assert!(shown.contains("free"), "holder after said: {shown}");
+}
+
+#[test]
+fn rediss_url_with_cacert_and_password_holder_and_check() {
+    let (Some(s), Some(ca), Some(pw)) = (
+        Service::from_env("Redis over TLS", "LOCKRUN_WIN_REDISS_URL"),
+        needed("LOCKRUN_WIN_CACERT"),
+        needed("LOCKRUN_WIN_REDIS_PASSWORD"),
+    ) else {
+        return;
+    };
+    let env = [("REDISCLI_AUTH", pw.as_str())];
+    url_with_access(
+        &s.url("tls"),
+        true,
+        &["--cacert", &ca],
+        &env,
+        &[
+            ("--cacert", vec![], env.to_vec()),
+            ("the password", vec!["--cacert", &ca], vec![]),
+        ],
+    );
+}
+
+#[test]
+fn etcd_https_url_with_cacert_user_and_password_file_holder_and_check() {
+    let (Some(s), Some(ca), Some(user), Some(pw)) = (
+        Service::from_env("etcd over https", "LOCKRUN_WIN_ETCDS_URL"),
+        needed("LOCKRUN_WIN_CACERT"),
+        needed("LOCKRUN_WIN_ETCD_USER"),
+        needed("LOCKRUN_WIN_ETCD_PASSWORD"),
+    ) else {
+        return;
+    };
+    let dir = tmp();
+    let pw_file = dir.path().join("etcd-password");
+    fs::write(&pw_file, format!("{pw}\n")).expect("password file");
+    let pw_file = pw_file.display().to_string();
+    url_with_access(
+        &s.url("auth"),
+        true,
+        &[
+            "--cacert",
+            &ca,
+            "--user",
+            &user,
+            "--password-file",
+            &pw_file,
+        ],
+        &[],
+        &[
+            (
+                "--cacert",
+                vec!["--user", &user, "--password-file", &pw_file],
+                vec![],
+            ),
+            ("--user", vec!["--cacert", &ca], vec![]),
+        ],
+    );
+}
+
+#[test]
+fn postgres_url_with_a_password_holder_and_check() {
+    let (Some(s), Some(pw)) = (
+        Service::from_env("PostgreSQL with a password", "LOCKRUN_WIN_POSTGRES_PW_URL"),
+        needed("LOCKRUN_WIN_POSTGRES_PASSWORD"),
+    ) else {
+        return;
+    };
+    let env = [("PGPASSWORD", pw.as_str())];
+    url_with_access(
+        &s.url("pw"),
+        false,
+        &[],
+        &env,
+        &[("the password", vec![], vec![("PGPASSWORD", "wrong")])],
+    );
+}
+
+/// `holder`/`check` options no lock given can take are a usage error, as
+/// on Linux; `--token` on a lock file too.
+#[test]
+fn url_options_of_holder_and_check_need_their_url() {
+    let dir = tmp();
+    let lock = dir.path().join("plain.lock");
+    let lock = lock.display().to_string();
+    let (code, _, said) = lockrun_env(&["holder", "--cacert", "ca.pem", &lock], &[]);
+    assert_eq!(code, 64, "{said}");
+    let (code, _, said) = lockrun_env(&["check", "--token", "3", &lock], &[]);
+    assert_eq!(code, 64, "{said}");
+    assert!(said.contains("--token"), "{said}");
+}
+
+/// The metrics file's value of `name{...lock...,outcome}` (or a gauge's,
+/// with `outcome` empty) for the lock labelled `lock`.
+fn metric(file: &Path, name: &str, outcome: &str) -> Option<f64> {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| outcome.is_empty() || l.contains(&format!("outcome=\"{outcome}\"")))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn metrics_file_counts_the_file_runs_outcomes() {
+    let dir = tmp();
+    let lock = dir.path().join("m.lock");
+    let prom = dir.path().join("lockrun.prom");
+    let prom_arg = prom.display().to_string();
+    let m = ["--metrics-file", prom_arg.as_str()];
+    assert_eq!(status(run_with(&m, &lock, "exit|0")), 0);
+    assert_eq!(status(run_with(&m, &lock, "exit|3")), 3);
+    assert_eq!(metric(&prom, "lockrun_runs_total", "ran"), Some(2.0));
+    assert_eq!(metric(&prom, "lockrun_last_exit_status", ""), Some(3.0));
+    let holder = spawn(run_with(&m, &lock, "sleep|3000"));
+    wait_held(&lock);
+    let mut busy = m.to_vec();
+    busy.push("-n");
+    assert_eq!(status(run_with(&busy, &lock, "exit|0")), 75);
+    let mut timed = m.to_vec();
+    timed.extend(["-w", "0.3"]);
+    assert_eq!(status(run_with(&timed, &lock, "exit|0")), 75);
+    assert_eq!(metric(&prom, "lockrun_runs_total", "busy"), Some(1.0));
+    assert_eq!(metric(&prom, "lockrun_runs_total", "timeout"), Some(1.0));
+    assert_eq!(metric(&prom, "lockrun_last_exit_status", ""), Some(75.0));
+    assert_eq!(
+        metric(&prom, "lockrun_not_acquired_in_a_row", ""),
+        Some(2.0)
+    );
+    let out = holder.wait_with_output().expect("the holder ends");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(metric(&prom, "lockrun_runs_total", "ran"), Some(3.0));
+    let mut limited = m.to_vec();
+    limited.extend(["--max-time", "0.5s"]);
+    assert_eq!(status(run_with(&limited, &lock, "sleep|5000")), 124);
+    assert_eq!(metric(&prom, "lockrun_runs_total", "max_time"), Some(1.0));
+    assert_eq!(metric(&prom, "lockrun_last_exit_status", ""), Some(124.0));
+    assert!(
+        metric(&prom, "lockrun_last_duration_seconds", "").is_some_and(|d| d > 0.3),
+        "{}",
+        fs::read_to_string(&prom).unwrap_or_default()
+    );
+    // The lock label is the lock file's absolute path.
+    let text = fs::read_to_string(&prom).unwrap_or_default();
+    assert!(text.contains("lock=\""), "{text}");
+    // --log stays refused: there is no syslog or journal socket here.
+    let out = output(run_with(&["--log", "syslog"], &lock, "exit|0"));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+}
+
+#[test]
+fn metrics_file_counts_a_lock_urls_outcomes() {
+    let Some(s) = redis() else {
+        return;
+    };
+    let dir = tmp();
+    let prom = dir.path().join("url.prom");
+    let prom_arg = prom.display().to_string();
+    let url = s.url("metrics");
+    let m = ["--metrics-file", prom_arg.as_str()];
+    assert_eq!(status(url_run(&m, &url, "exit|0")), 0);
+    assert_eq!(metric(&prom, "lockrun_runs_total", "ran"), Some(1.0));
+    let mut limited = m.to_vec();
+    limited.extend(["--max-time", "1s"]);
+    assert_eq!(status(url_run(&limited, &url, "sleep|5000")), 124);
+    assert_eq!(metric(&prom, "lockrun_runs_total", "max_time"), Some(1.0));
+    assert_eq!(metric(&prom, "lockrun_last_exit_status", ""), Some(124.0));
+    // Held by one run, -n by another: busy; then the lock taken away on
+    // the server: lost, 76.
+    let mut leased = m.to_vec();
+    leased.extend(["--ttl", "2s"]);
+    let first = spawn(url_run(&leased, &url, "sleep|15000"));
+    wait_url_held(&url);
+    let mut busy = m.to_vec();
+    busy.push("-n");
+    assert_eq!(status(url_run(&busy, &url, "exit|0")), 75);
+    assert_eq!(metric(&prom, "lockrun_runs_total", "busy"), Some(1.0));
+    let reply = redis_command(&s.base, &["DEL", Service::lock_name(&url)]);
+    assert_eq!(reply, ":1\r\n", "DEL of the lock key");
+    let out = first.wait_with_output().expect("the first run ends");
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert_eq!(metric(&prom, "lockrun_runs_total", "lost"), Some(1.0));
+    assert_eq!(metric(&prom, "lockrun_last_exit_status", ""), Some(76.0));
+    let text = fs::read_to_string(&prom).unwrap_or_default();
+    assert!(text.contains(&format!("lock=\"{url}\"")), "{text}");
+}
+
+/// `--slots 2` on a lock URL: never more than 2 at once, each with its own
+/// LOCKRUN_SLOT.
+#[test]
+fn redis_url_slots_let_at_most_two_run() {
+    let Some(s) = redis() else {
+        return;
+    };
+    let dir = tmp();
+    let url = s.url("pool");
+    let crowd = dir.path().join("crowd");
+    fs::create_dir(&crowd).expect("dir");
+    // Long enough that Wine's slow process starts still fill every slot
+    // there is: with a third slot, three would be seen.
+    let what = format!("crowd|{}|1500", crowd.display());
+    let children: Vec<Child> = (0..6)
+        .map(|_| spawn(url_run(&["--slots", "2"], &url, &what)))
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success(), "a run failed: {}", stderr(&out));
+    }
+    let most = max_seen(&crowd);
+    // Two at once, never three: six runs of 1.5 s in two slots overlap.
+    assert_eq!(most, 2, "at most 2 at once, and 2 seen");
+    let slots_seen = fs::read_dir(&crowd)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("seen-"))
+        .count();
+    assert_eq!(slots_seen, 6, "every run ran, in a slot");
+    let dups: Vec<_> = fs::read_dir(&crowd)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("dup-"))
+        .collect();
+    assert!(dups.is_empty(), "two holders had one LOCKRUN_SLOT");
+}
+
+/// `-c` on a lock URL: the string runs through cmd.exe, its exit code is
+/// lockrun's.
+#[test]
+fn redis_url_dash_c_runs_through_cmd() {
+    let Some(s) = redis() else {
+        return;
+    };
+    let dir = tmp();
+    let url = s.url("shell");
+    let marker = dir.path().join("ran.txt");
+    let script = format!("echo ran> \"{}\" && exit 7", marker.display());
+    let mut c = lockrun();
+    c.args([url.as_str(), "-c", script.as_str()]);
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let text = fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(text.trim(), "ran", "the string ran through cmd.exe");
+}
+
+/// Options lockrun.exe does not have yet are refused by name (64), not
+/// taken for a path or an unknown option.
+#[test]
+fn options_not_built_for_windows_yet_say_so() {
+    let dir = tmp();
+    let lock = dir.path().join("n.lock");
+    for args in [
+        &["--also", "other.lock"][..],
+        &["--skip-if-succeeded-within", "1h"],
+        &["--log", "journal"],
+    ] {
+        let out = output(run_with(args, &lock, "exit|0"));
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {said}");
+        // Named, with the reason: not an unknown option.
+        assert!(said.contains(args[0]), "{args:?}: {said}");
+        assert!(!said.contains("unknown option"), "{args:?}: {said}");
+        assert!(
+            said.contains("not built for Windows yet") || said.contains("Unix-only"),
+            "{args:?}: {said}"
+        );
+    }
+}
+
+/// `--skip-if-succeeded-within` on a lock URL: after a success, the next
+/// run within the period does not run its command, exits 0, says so and
+/// is counted as skipped_recent; after a failure the command runs. With
+/// `-s` it is a usage error, as on Linux.
+#[test]
+fn redis_url_skip_if_succeeded_within() {
+    let Some(s) = redis() else {
+        return;
+    };
+    let dir = tmp();
+    let url = s.url("skip");
+    let marker = dir.path().join("ran");
+    let prom = dir.path().join("skip.prom");
+    let prom_arg = prom.display().to_string();
+    let what = format!("touch|{}", marker.display());
+    let skip = [
+        "--skip-if-succeeded-within",
+        "1h",
+        "--metrics-file",
+        prom_arg.as_str(),
+    ];
+    let out = output(url_run(&skip, &url, &what));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "the first run ran");
+    fs::remove_file(&marker).expect("remove the marker");
+    let out = output(url_run(&skip, &url, &what));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !marker.exists(),
+        "the run within the period ran its command"
+    );
+    assert!(
+        stderr(&out).contains("not running the command"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        metric(&prom, "lockrun_runs_total", "skipped_recent"),
+        Some(1.0)
+    );
+    assert_eq!(status(url_run(&[], &url, "exit|3")), 3);
+    let out = output(url_run(&skip, &url, &what));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "after a failure the command runs");
+    let mut shared = skip.to_vec();
+    shared.push("-s");
+    assert_eq!(status(url_run(&shared, &url, "exit|0")), 64);
 }

@@ -118,6 +118,35 @@ pub const MAX_SLOTS: u16 = 1024;
 pub const NO_ONE_LAST_RUN: &str =
     "each slot keeps its own record, so there is no one last run of the lock to go by";
 
+/// Why `--skip-if-succeeded-within` (`within`) cannot go with `-s`
+/// (`shared`) or `--no-record`, or is 0: the command line's refusal on
+/// every OS. The rule is "exactly one of the contenders runs, decided from
+/// the record under the lock": shared holders run side by side, and a run
+/// without a record would leave the next one nothing to go by.
+pub fn skip_recent_refusal(
+    within: Option<std::time::Duration>,
+    shared: bool,
+    no_record: bool,
+) -> Option<&'static str> {
+    let within = within?;
+    if shared {
+        return Some(
+            "--skip-if-succeeded-within cannot be used with -s: shared holders run at the same time, so the last run cannot decide for them; take the lock exclusively",
+        );
+    }
+    if within.is_zero() {
+        return Some(
+            "--skip-if-succeeded-within 0 would never skip: give the period a success counts for (30m, 1h, 1d)",
+        );
+    }
+    if no_record {
+        return Some(
+            "--skip-if-succeeded-within cannot be used with --no-record: it goes by the record the last run left",
+        );
+    }
+    None
+}
+
 /// A lock URL's lease or session check period, when `--ttl` is not given.
 pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 

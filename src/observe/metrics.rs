@@ -118,25 +118,82 @@ pub fn update(path: &Path, report: &Report) -> Result<(), String> {
     let Some(outcome) = report.event.outcome() else {
         return Ok(());
     };
+    if let Some(beside) = platform::metrics_lock_beside(path) {
+        return update_locked_beside(path, &beside, outcome, report);
+    }
     let mut locked = lock(path)?;
-    let mut text = String::new();
-    // A part that is not UTF-8 is not ours to keep.
-    let mut bytes = Vec::new();
-    (&mut locked)
-        .take(LARGEST)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    text.push_str(&String::from_utf8_lossy(&bytes));
-    let mut all = parse(&text);
-    let series = all.entry(report.lock.to_owned()).or_default();
-    apply(series, outcome, report);
+    let bytes = read_most(&mut locked)?;
     let mode = locked
         .metadata()
         .map(|m| platform::permission_bits(&m))
         .ok();
-    replace(path, &render(&all), mode)
+    replace(path, &updated(&bytes, outcome, report), mode)
     // `locked` is closed here, after the rename: the next writer, granted
     // the old inode's lock, sees that PATH is a new one and takes its lock.
+}
+
+/// The file's text with `report` added to its lock's series.
+fn updated(bytes: &[u8], outcome: Outcome, report: &Report) -> String {
+    // A part that is not UTF-8 is not ours to keep.
+    let mut all = parse(&String::from_utf8_lossy(bytes));
+    let series = all.entry(report.lock.to_owned()).or_default();
+    apply(series, outcome, report);
+    render(&all)
+}
+
+/// At most [`LARGEST`] bytes of an open metrics file.
+fn read_most(file: &mut File) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    file.take(LARGEST)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    Ok(bytes)
+}
+
+/// The update where the OS cannot rename over a file it has open
+/// (Windows: `platform::metrics_lock_beside`): under the lock of a file
+/// beside PATH that is never renamed, so no check of what was locked is
+/// needed; PATH is read through a handle closed before the rename.
+fn update_locked_beside(
+    path: &Path,
+    beside: &Path,
+    outcome: Outcome,
+    report: &Report,
+) -> Result<(), String> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    let guard = create_empty(beside)
+        .map_err(|e| format!("cannot open its lock file {}: {e}", beside.display()))?;
+    lock_until(&guard, deadline)?;
+    let bytes = match platform::open_without_waiting(path, false) {
+        Ok(mut file) => read_most(&mut file)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(format!("cannot open it: {e}")),
+    };
+    replace(path, &updated(&bytes, outcome, report), None)
+    // `guard` is closed here, after the rename: its lock goes with it.
+}
+
+/// Takes `file`'s lock, retrying until `deadline` (a short, doubling
+/// pause: another writer's update takes milliseconds).
+fn lock_until(file: &File, deadline: Instant) -> Result<(), String> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Interrupted => {
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(format!("cannot lock it: {e}")),
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "another process kept it locked for {} (another lockrun's update takes milliseconds)",
+                crate::display::span(LOCK_WAIT)
+            ));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(16));
+    }
 }
 
 fn apply(series: &mut Series, outcome: Outcome, report: &Report) {
@@ -170,7 +227,6 @@ fn unix_seconds(t: SystemTime) -> f64 {
 /// PATH (the module's comment says why).
 fn lock(path: &Path) -> Result<File, String> {
     let deadline = Instant::now() + LOCK_WAIT;
-    let mut pause = Duration::from_millis(1);
     loop {
         // Without waiting: a FIFO at PATH must not hang the open.
         let file = platform::open_without_waiting(path, false)
@@ -185,23 +241,7 @@ fn lock(path: &Path) -> Result<File, String> {
         if !opened.is_file() {
             return Err("it is not a regular file".to_owned());
         }
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) => {}
-                Err(std::fs::TryLockError::Error(e))
-                    if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(std::fs::TryLockError::Error(e)) => return Err(format!("cannot lock it: {e}")),
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "another process kept it locked for {} (another lockrun's update takes milliseconds)",
-                    crate::display::span(LOCK_WAIT)
-                ));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(16));
-        }
+        lock_until(&file, deadline)?;
         match std::fs::metadata(path) {
             Ok(now) if platform::same_file(&now, &opened) => return Ok(file),
             // Replaced (or removed) while we waited: lock what is there now.

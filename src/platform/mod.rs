@@ -35,11 +35,12 @@ pub use windows::{
     RawFd, STOP_SIGNAL, STOPS_BY_SIGNALS, Target, Watchdog, adopt_orphans, before_start,
     block_signals_on_this_thread, create_new, descendants, die_with_parent, duplicate_above_stdio,
     file_id, group_kept_with_command, ignore_broken_pipes, interrupt_helper, leave_command_group,
-    open_regular, open_without_waiting, others_may_access, own_start_time_since,
-    own_start_time_without_allocating, permission_bits, process_start_time, read_regular, reap,
-    same_file, send_datagram, set_permission_bits, signals, socket_fds, spawn_helper,
-    start_command, stop_all, stop_described, terminal_columns, tolerating_file_size_limit,
-    wait_for_hang_up, wait_reaping_orphans, wait_until_exited, watchdog_pid, with_signals_blocked,
+    metrics_lock_beside, open_regular, open_without_waiting, others_may_access,
+    own_start_time_since, own_start_time_without_allocating, permission_bits, process_start_time,
+    read_regular, reap, same_file, send_datagram, set_permission_bits, signals, socket_fds,
+    spawn_helper, start_command, stop_all, stop_described, terminal_columns,
+    tolerating_file_size_limit, wait_for_hang_up, wait_reaping_orphans, wait_until_exited,
+    watchdog_pid, with_signals_blocked,
 };
 #[cfg(windows)]
 mod helpers;
@@ -68,8 +69,8 @@ pub use host::{
 };
 #[cfg(unix)]
 pub use small_files::{
-    create_new, file_id, open_without_waiting, permission_bits, same_file, send_datagram,
-    set_permission_bits,
+    create_new, file_id, metrics_lock_beside, open_without_waiting, permission_bits, same_file,
+    send_datagram, set_permission_bits,
 };
 
 #[cfg(unix)]

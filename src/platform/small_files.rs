@@ -63,3 +63,9 @@ pub fn send_datagram(path: &Path, datagram: &[u8]) {
     }
     let _ = socket.send_to(datagram, path);
 }
+
+/// Where `--metrics-file PATH`'s updates lock: PATH itself (CONTRACT
+/// §17), renamed over while its lock is held, which a Unix rename allows.
+pub fn metrics_lock_beside(_path: &Path) -> Option<std::path::PathBuf> {
+    None
+}

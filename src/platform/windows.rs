@@ -25,15 +25,16 @@ pub use fds::{
     wait_for_hang_up,
 };
 pub use files::{
-    NotRead, create_new, file_id, open_regular, open_without_waiting, others_may_access,
-    permission_bits, read_regular, same_file, send_datagram, set_permission_bits,
+    NotRead, create_new, file_id, metrics_lock_beside, open_regular, open_without_waiting,
+    others_may_access, permission_bits, read_regular, same_file, send_datagram,
+    set_permission_bits,
 };
 pub use process::{
     BeforeStart, ChildLink, CommandLine, KILL_SIGNAL, STOP_SIGNAL, STOPS_BY_SIGNALS, Target,
-    Watchdog, adopt_orphans, before_start, descendants, die_with_parent, group_kept_with_command,
-    leave_command_group, own_start_time_since, own_start_time_without_allocating,
-    process_start_time, reap, start_command, stop_all, stop_described, wait_reaping_orphans,
-    wait_until_exited, watchdog_pid,
+    Watchdog, adopt_orphans, before_start, command_for, descendants, die_with_parent,
+    group_kept_with_command, leave_command_group, own_start_time_since,
+    own_start_time_without_allocating, process_start_time, reap, start_command, stop_all,
+    stop_described, wait_reaping_orphans, wait_until_exited, watchdog_pid,
 };
 pub use threads::{
     Bell, block_signals_on_this_thread, ignore_broken_pipes, interrupt_helper, spawn_helper,

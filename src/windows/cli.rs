@@ -4,6 +4,7 @@
 
 use crate::exit_codes::{self, Failure};
 use crate::mode::LockMode;
+use crate::registry::LockTarget;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,6 +22,8 @@ pub struct RunOptions {
     pub no_record: bool,
     pub slots: Option<u16>,
     pub max_time: Option<(Duration, String)>,
+    /// `--metrics-file PATH` (CONTRACT §17): the outcome counted there.
+    pub observe: Option<crate::observe::Observers>,
     /// The command: a program and its arguments, or `-c STRING`.
     pub command: Command,
 }
@@ -37,13 +40,15 @@ pub enum Invocation {
     UrlRun(Box<crate::registry::UrlRun>),
     Holder {
         json: bool,
-        paths: Vec<PathBuf>,
+        targets: Vec<LockTarget>,
     },
     Check {
         json: bool,
         quiet: bool,
         probe: bool,
-        path: PathBuf,
+        /// `--token T` (lock URLs only): is T a current holder's token?
+        token: Option<i64>,
+        target: LockTarget,
     },
     List {
         json: bool,
@@ -55,8 +60,8 @@ pub enum Invocation {
 const USAGE: &str = "\
 Usage: lockrun [OPTIONS] LOCKFILE [--] COMMAND [ARG]...
        lockrun [OPTIONS] LOCKFILE -c COMMAND_STRING
-       lockrun holder [--json] LOCKFILE...
-       lockrun check [--json] [-q] [--probe] LOCKFILE
+       lockrun holder [--json] [URL OPTIONS] LOCKFILE...
+       lockrun check [--json] [-q] [--probe] [--token T] [URL OPTIONS] LOCKFILE
        lockrun list [--json] DIR|LOCKFILE...
 
 Runs COMMAND while holding a lock on LOCKFILE (LockFileEx on one byte past
@@ -78,14 +83,20 @@ Options:
       --slots N              run when fewer than N commands hold the lock
       --max-time DUR         end the command and all it started after DUR (exit 124)
       --ttl DUR              a lock URL's lease (default 10s)
+      --metrics-file PATH    count each run's outcome in PATH (Prometheus textfile format)
+      --skip-if-succeeded-within DUR
+                             lock URLs: do not run if the last run exited 0 less than DUR ago
   -h, --help                 print this help
   -V, --version              print the version
 
 check --probe takes the lock for an instant to be sure; nothing else in
-holder, check or list ever touches the lock. list names the lock files
+holder, check or list ever touches the lock. On a lock URL, holder and
+check take its backend's options (--cacert, --cert, --key, --user, ...)
+as the run form does, and check --token T answers 0 only if T is the
+fencing token of a current holder. list names the lock files
 (a directory: its files): Windows has no lock table to list them from.
 Unix only (a usage error here): fd mode, -F/--no-fork, -u, --fd, --fcntl,
---start/--length, --poll, the flock persona.
+--start/--length, --poll, --log/--log-facility, the flock persona.
 ";
 
 /// Help and version on stdout; a failed write is dropped, never a panic.
@@ -152,22 +163,49 @@ fn text(arg: &OsString) -> Result<&str, Failure> {
     })
 }
 
-/// Which of a subcommand's flags were given, and its paths.
-type SubcommandArgs<const N: usize> = ([bool; N], Vec<PathBuf>);
+/// What a subcommand was given: which of its flags, its `--token`, its
+/// paths, and the lock URL backends' options with their values (for clap,
+/// which defines them: `registry::augment_inspect`).
+struct SubcommandArgs<const N: usize> {
+    flags: [bool; N],
+    token: Option<i64>,
+    paths: Vec<PathBuf>,
+    url_options: Vec<OsString>,
+}
+
+/// Whether `long` (`--cacert`) is one of `url_command`'s options, and if
+/// so whether it takes a value: the lock URL backends' options are defined
+/// once, in clap, for Linux and Windows alike.
+fn url_option(url_command: &clap::Command, long: &str) -> Option<bool> {
+    let name = long.strip_prefix("--")?;
+    url_command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(name))
+        .map(|a| a.get_action().takes_values())
+}
 
 /// A subcommand's flags and paths: each of `flags` (long, and short where
-/// it has one) sets its place in the returned array; `--` ends the flags.
+/// it has one) sets its place in the returned array; `--token T` when
+/// `token` is allowed (check); a lock URL backend's option goes to
+/// `url_options`; `--` ends the options.
 /// `None`: `--help` was asked and answered with `usage`.
 fn subcommand_args<const N: usize>(
     name: &str,
     usage_line: &str,
     flags: [(&str, Option<&str>); N],
+    token: bool,
     args: Vec<OsString>,
 ) -> Result<Option<SubcommandArgs<N>>, Failure> {
-    let mut set = [false; N];
-    let mut paths = Vec::new();
+    let url_command = crate::registry::augment_inspect(clap::Command::new("lockrun"));
+    let mut out = SubcommandArgs {
+        flags: [false; N],
+        token: None,
+        paths: Vec::new(),
+        url_options: Vec::new(),
+    };
     let mut options_done = false;
-    for arg in args {
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
         let flag = arg.to_str().filter(|_| !options_done);
         match flag {
             Some("--") => options_done = true,
@@ -176,56 +214,119 @@ fn subcommand_args<const N: usize>(
                 return Ok(None);
             }
             Some(s) if s.starts_with('-') && s.len() > 1 => {
-                let Some(k) = flags
-                    .iter()
-                    .position(|(long, short)| s == *long || Some(s) == *short)
-                else {
-                    return Err(usage(format!("{name}: unknown option '{s}'")));
+                // --name=value, or --name value.
+                let (long, inline) = match s.split_once('=') {
+                    Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
+                    _ => (s, None),
                 };
-                set[k] = true;
+                let mut value = || -> Result<String, Failure> {
+                    match inline.clone() {
+                        Some(v) => Ok(v),
+                        None => {
+                            let v = it
+                                .next()
+                                .ok_or_else(|| usage(format!("{name}: {long} needs a value")))?;
+                            Ok(text(&v)?.to_owned())
+                        }
+                    }
+                };
+                if token && long == "--token" {
+                    let v = value()?;
+                    out.token = Some(v.parse().map_err(|_| {
+                        usage(format!(
+                            "{name}: --token takes a fencing token (an integer), not '{v}'"
+                        ))
+                    })?);
+                } else if let Some(takes_value) = url_option(&url_command, long) {
+                    out.url_options.push(OsString::from(long));
+                    if takes_value {
+                        out.url_options.push(OsString::from(value()?));
+                    }
+                } else if let Some(k) = flags
+                    .iter()
+                    .position(|(l, short)| s == *l || Some(s) == *short)
+                {
+                    out.flags[k] = true;
+                } else {
+                    return Err(usage(format!("{name}: unknown option '{s}'")));
+                }
             }
-            _ => paths.push(PathBuf::from(arg)),
+            _ => out.paths.push(PathBuf::from(arg)),
         }
     }
-    Ok(Some((set, paths)))
+    Ok(Some(out))
+}
+
+/// The LOCKFILE arguments as lock targets, each lock URL with its
+/// backend's options (the registry's rule, as on Linux: an option no
+/// target can take is a usage error).
+fn targets(paths: Vec<PathBuf>, url_options: Vec<OsString>) -> Result<Vec<LockTarget>, Failure> {
+    let targets: Vec<LockTarget> = paths
+        .into_iter()
+        .map(|p| LockTarget::parse(p.into_os_string()))
+        .collect::<Result<_, _>>()?;
+    let matches = crate::registry::augment_inspect(clap::Command::new("lockrun"))
+        .no_binary_name(true)
+        .try_get_matches_from(url_options)
+        .map_err(clap_usage)?;
+    let args = crate::registry::inspect_args(&matches).map_err(clap_usage)?;
+    crate::registry::with_inspect_args(targets, &args).map_err(usage)
 }
 
 fn parse_holder(args: Vec<OsString>) -> Result<Invocation, Failure> {
-    let usage_line = "Usage: lockrun holder [--json] LOCKFILE...\n";
-    let Some(([json], paths)) = subcommand_args("holder", usage_line, [("--json", None)], args)?
+    let usage_line = "Usage: lockrun holder [--json] [URL OPTIONS] LOCKFILE...\n";
+    let Some(given) = subcommand_args("holder", usage_line, [("--json", None)], false, args)?
     else {
         return Ok(Invocation::Done);
     };
-    if paths.is_empty() {
+    if given.paths.is_empty() {
         return Err(usage("holder: which LOCKFILE?"));
     }
-    Ok(Invocation::Holder { json, paths })
+    let [json] = given.flags;
+    Ok(Invocation::Holder {
+        json,
+        targets: targets(given.paths, given.url_options)?,
+    })
 }
 
 fn parse_check(args: Vec<OsString>) -> Result<Invocation, Failure> {
-    let usage_line = "Usage: lockrun check [--json] [-q] [--probe] LOCKFILE\n";
+    let usage_line =
+        "Usage: lockrun check [--json] [-q] [--probe] [--token T] [URL OPTIONS] LOCKFILE\n";
     let flags = [("--json", None), ("--quiet", Some("-q")), ("--probe", None)];
-    let Some(([json, quiet, probe], paths)) = subcommand_args("check", usage_line, flags, args)?
-    else {
+    let Some(given) = subcommand_args("check", usage_line, flags, true, args)? else {
         return Ok(Invocation::Done);
     };
-    match <[PathBuf; 1]>::try_from(paths) {
-        Ok([path]) => Ok(Invocation::Check {
-            json,
-            quiet,
-            probe,
-            path,
-        }),
-        Err(_) => Err(usage("check takes one LOCKFILE")),
+    let [json, quiet, probe] = given.flags;
+    if given.paths.len() != 1 {
+        return Err(usage("check takes one LOCKFILE"));
     }
+    let target = targets(given.paths, given.url_options)?
+        .pop()
+        .ok_or_else(|| usage("check takes one LOCKFILE"))?;
+    if given.token.is_some() && !target.is_url() {
+        return Err(usage(crate::inspect::TOKEN_FOR_FILES));
+    }
+    Ok(Invocation::Check {
+        json,
+        quiet,
+        probe,
+        token: given.token,
+        target,
+    })
 }
 
 fn parse_list(args: Vec<OsString>) -> Result<Invocation, Failure> {
     let usage_line = "Usage: lockrun list [--json] DIR|LOCKFILE...\n";
-    let Some(([json], paths)) = subcommand_args("list", usage_line, [("--json", None)], args)?
-    else {
+    let Some(given) = subcommand_args("list", usage_line, [("--json", None)], false, args)? else {
         return Ok(Invocation::Done);
     };
+    if let Some(option) = given.url_options.first() {
+        return Err(usage(format!(
+            "list: unknown option '{}' (list looks at lock files only)",
+            option.to_string_lossy()
+        )));
+    }
+    let ([json], paths) = (given.flags, given.paths);
     if paths.is_empty() {
         // On Linux, list without arguments reads the kernel's lock table;
         // Windows keeps none that a program may read.
@@ -247,6 +348,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
     let mut shell: Option<OsString> = None;
     let mut ttl: Option<Duration> = None;
     let mut kill_grace: Option<Duration> = None;
+    let mut metrics_file: Option<PathBuf> = None;
+    let mut skip_within: Option<Duration> = None;
     // The lock URL backends' own options (`--cacert`, `--user`, ...), with
     // their values, for the registry's parser once LOCKFILE is known.
     let mut url_options: Vec<OsString> = Vec::new();
@@ -390,15 +493,8 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
                 }
                 ttl = Some(t);
             }
-            long if long.starts_with("--")
-                && url_command
-                    .get_arguments()
-                    .any(|a| a.get_long() == Some(&long[2..])) =>
-            {
-                let takes_value = url_command
-                    .get_arguments()
-                    .find(|a| a.get_long() == Some(&long[2..]))
-                    .is_some_and(|a| a.get_action().takes_values());
+            long if url_option(&url_command, long).is_some() => {
+                let takes_value = url_option(&url_command, long).unwrap_or(false);
                 url_options.push(OsString::from(long));
                 if takes_value {
                     url_options.push(OsString::from(value(&mut it, long)?));
@@ -410,11 +506,24 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             "--fcntl" => return Err(unix_only("--fcntl")),
             "--start" | "--length" => return Err(unix_only("--start/--length")),
             "--poll" => return Err(unix_only("--poll")),
-            // Monitoring (CONTRACT §17) is built on the Unix run flow's one
-            // seam, which lockrun.exe's own run form does not have yet;
-            // refused rather than silently not logging or counting.
-            "--metrics-file" | "--log" | "--log-facility" => {
-                return Err(unix_only("--metrics-file, --log and --log-facility"));
+            // Refused by name rather than as unknown: they exist, and say
+            // why they are not here yet (README, "Windows").
+            "--also" => {
+                return Err(usage(
+                    "--also is not built for Windows yet: the all-or-nothing set of lock files is the Unix file backend's",
+                ));
+            }
+            "--skip-if-succeeded-within" => {
+                let v = value(&mut it, &name)?;
+                skip_within = Some(duration(&name, &v)?);
+            }
+            "--metrics-file" => metrics_file = Some(PathBuf::from(value(&mut it, &name)?)),
+            // syslog's /dev/log and the journal's socket are Unix sockets
+            // of a Unix host: refused rather than silently not logging.
+            "--log" | "--log-facility" => {
+                return Err(unix_only(
+                    "--log and --log-facility (syslog's /dev/log, the systemd journal)",
+                ));
             }
             n if n.len() == 2 => {
                 let c = n.chars().nth(1).unwrap_or('?');
@@ -457,12 +566,22 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
     if slots.is_some() && shared_given {
         return Err(usage("-s/--shared and --slots cannot be used together"));
     }
-    let target = crate::registry::LockTarget::parse(lockfile.clone().into_os_string())?;
+    if let Some(message) = crate::backend::skip_recent_refusal(skip_within, shared_given, no_record)
+    {
+        return Err(usage(message));
+    }
+    // Only with --metrics-file: otherwise `None`, and the run flow does
+    // nothing for monitoring (as on Linux).
+    let observe = metrics_file.map(|path| crate::observe::Observers {
+        metrics_file: Some(path),
+        log: None,
+    });
+    let target = LockTarget::parse(lockfile.clone().into_os_string())?;
     if target.is_url() {
         let command = match command {
             Command::Argv(argv) => argv,
-            // cmd.exe parses the string itself; std quotes it as one
-            // argument, which `cmd /c` takes whole.
+            // cmd.exe parses the string itself: the platform's
+            // `command_for` passes it unquoted, as the file run does.
             Command::Shell(string) => {
                 let comspec = std::env::var_os("COMSPEC").unwrap_or_else(|| "cmd.exe".into());
                 vec![comspec, "/c".into(), string]
@@ -477,8 +596,11 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             forward_signals: false,
             max_time: max_time.map(|(limit, _)| limit),
             kill_grace: kill_grace.unwrap_or(DEFAULT_KILL_GRACE),
-            skip_if_succeeded_within: None,
-            observe: None,
+            // Decided in the one run flow (`run::run_with`), from the
+            // record the service keeps; the backend's capabilities
+            // (`asked.skip_recent`) refuse it where there is none.
+            skip_if_succeeded_within: skip_within,
+            observe,
         };
         let asked = crate::backend::Asked {
             shared: shared_given,
@@ -486,7 +608,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             poll: false,
             byte_ranges: false,
             slots: slots.is_some(),
-            skip_recent: false,
+            skip_recent: skip_within.is_some(),
         };
         let base = crate::backend::UrlBase {
             nonblocking: timeout == Some(Duration::ZERO),
@@ -517,6 +639,13 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             option.to_string_lossy()
         )));
     }
+    if skip_within.is_some() {
+        // lockrun.exe's file run has its own flow (src/windows/run.rs),
+        // not the one run flow that decides the skip for a lock URL.
+        return Err(usage(
+            "--skip-if-succeeded-within on a lock file is not built for Windows yet (it works on a lock URL): the Windows file run is not the run flow that decides it",
+        ));
+    }
     Ok(Invocation::Run(RunOptions {
         lockfile,
         mode,
@@ -527,6 +656,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
         no_record,
         slots: slots.filter(|&n| n > 1),
         max_time,
+        observe,
         command,
     }))
 }

@@ -5,6 +5,7 @@ use super::cli::{Command, RunOptions};
 use crate::display;
 use crate::exit_codes::{self, Failure};
 use crate::mode::LockMode;
+use crate::observe::{Event, Watch};
 use crate::platform::windows::{Attempt, Job, LOCK_OFFSET, broken, lock_byte, unlock_byte};
 use crate::record::{self, Exit, Record, SlotsHeader};
 use std::ffi::OsString;
@@ -167,7 +168,53 @@ fn conflict(opts: &RunOptions, label: &str, file: &File, waited: Duration) -> Fa
     Failure::new(opts.conflict_exit_code, message)
 }
 
+/// How a run ended, for `--metrics-file`: filled in as the run goes, so
+/// that every way out (`?` included) ends in one outcome. An error until
+/// the run says otherwise, as on Linux (`run::run_with`).
+struct Outcome {
+    event: Event,
+    waited: Duration,
+}
+
 pub fn run(opts: &RunOptions) -> Result<i32, Failure> {
+    // The metrics' `lock` label: the lock file's absolute path, as Linux
+    // names it.
+    let name = std::path::absolute(&opts.lockfile)
+        .unwrap_or_else(|_| opts.lockfile.clone())
+        .display()
+        .to_string();
+    // Only with --metrics-file: otherwise nothing here runs.
+    let mut watch = opts.observe.as_ref().map(|o| Watch::begin(o, name));
+    let mut outcome = Outcome {
+        event: Event::Error,
+        waited: Duration::ZERO,
+    };
+    let result = run_watched(opts, watch.as_mut(), &mut outcome);
+    // Told once the lock is let go of (run_holding unlocks before it
+    // returns): monitoring never lengthens the time a lock is held.
+    if let Some(watch) = &watch {
+        let status = match &result {
+            Ok(code) => metrics_status(*code),
+            Err(failure) => failure.status,
+        };
+        watch.ended(outcome.event, status, outcome.waited);
+    }
+    result
+}
+
+/// lockrun's exit status as the metrics file keeps it (0-255, as on
+/// Unix). A Windows exit code is 32 bits: one beyond 255 (an NTSTATUS
+/// such as 0xC0000005 for a crash) is kept as 255 rather than wrapped
+/// into a status that could read as success or busy.
+fn metrics_status(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(u8::MAX)
+}
+
+fn run_watched(
+    opts: &RunOptions,
+    watch: Option<&mut Watch>,
+    outcome: &mut Outcome,
+) -> Result<i32, Failure> {
     let started = Instant::now();
     let main = open_lock_file(&opts.lockfile, true)?;
     let label = opts.lockfile.display().to_string();
@@ -183,15 +230,22 @@ pub fn run(opts: &RunOptions) -> Result<i32, Failure> {
             .map_err(|e| lock_error(&label, &e))?
             {
                 Waited::Acquired => {}
-                Waited::Busy => return Err(conflict(opts, &label, &main.file, started.elapsed())),
+                Waited::Busy => {
+                    not_acquired(opts, outcome, started);
+                    return Err(conflict(opts, &label, &main.file, started.elapsed()));
+                }
             }
             (main, None)
         }
         Some(n) => {
-            let (file, k) = take_slot(opts, &main, n, started)?;
+            let (file, k) = take_slot(opts, &main, n, started, outcome)?;
             (file, Some(k))
         }
     };
+    outcome.waited = started.elapsed();
+    if let Some(watch) = watch {
+        watch.acquired(outcome.waited);
+    }
     if opts.verbose && !opts.quiet {
         crate::say!(
             "lockrun: {} {label} ({}) after {}",
@@ -200,7 +254,22 @@ pub fn run(opts: &RunOptions) -> Result<i32, Failure> {
             display::span(started.elapsed())
         );
     }
-    run_holding(opts, &held, slot)
+    run_holding(opts, &held, slot, outcome)
+}
+
+/// Busy (`-n`) or timed out (`-w`), as the metrics count it.
+fn not_acquired(opts: &RunOptions, outcome: &mut Outcome, started: Instant) {
+    let nonblocking = opts.timeout.is_some_and(|t| t.is_zero());
+    outcome.event = if nonblocking {
+        Event::Busy
+    } else {
+        Event::Timeout
+    };
+    outcome.waited = if nonblocking {
+        Duration::ZERO
+    } else {
+        started.elapsed()
+    };
 }
 
 fn lock_error(label: &str, e: &io::Error) -> Failure {
@@ -217,6 +286,7 @@ fn take_slot(
     main: &LockFile,
     n: u16,
     started: Instant,
+    outcome: &mut Outcome,
 ) -> Result<(LockFile, u16), Failure> {
     let label = opts.lockfile.display().to_string();
     same_slot_count(main, n)?;
@@ -228,7 +298,7 @@ fn take_slot(
     if !nonblocking {
         match take(queue, LOCK_OFFSET, true, opts.timeout).map_err(|e| lock_error(&label, &e))? {
             Waited::Acquired => {}
-            Waited::Busy => return Err(slots_busy(opts, &label, n, started)),
+            Waited::Busy => return Err(slots_busy(opts, &label, n, started, outcome)),
         }
     }
     let mut slots = slots;
@@ -245,7 +315,7 @@ fn take_slot(
         }
     }
     if nonblocking {
-        return Err(slots_busy(opts, &label, n, started));
+        return Err(slots_busy(opts, &label, n, started, outcome));
     }
     let winner: Arc<Mutex<Option<usize>>> = Arc::new(Mutex::new(None));
     let (tx, rx) = mpsc::channel::<usize>();
@@ -283,12 +353,19 @@ fn take_slot(
         }
         None => {
             std::mem::forget(slots);
-            Err(slots_busy(opts, &label, n, started))
+            Err(slots_busy(opts, &label, n, started, outcome))
         }
     }
 }
 
-fn slots_busy(opts: &RunOptions, label: &str, n: u16, started: Instant) -> Failure {
+fn slots_busy(
+    opts: &RunOptions,
+    label: &str,
+    n: u16,
+    started: Instant,
+    outcome: &mut Outcome,
+) -> Failure {
+    not_acquired(opts, outcome, started);
     let waited = if opts.timeout.is_some_and(|t| t.is_zero()) {
         Duration::ZERO
     } else {
@@ -343,24 +420,26 @@ fn may_write_record(lock: &LockFile, opts: &RunOptions) -> bool {
     }
 }
 
+/// The command to start and its argv for the record; `-c STRING` is
+/// `%COMSPEC% /c STRING`, which `command_for` passes to cmd.exe as given
+/// (the lock URL run starts it the same way).
 fn command_line(opts: &RunOptions) -> (std::process::Command, Vec<OsString>) {
-    match &opts.command {
-        Command::Argv(argv) => {
-            let mut c = std::process::Command::new(&argv[0]);
-            c.args(&argv[1..]);
-            (c, argv.clone())
-        }
+    let argv = match &opts.command {
+        Command::Argv(argv) => argv.clone(),
         Command::Shell(string) => {
             let comspec = std::env::var_os("COMSPEC").unwrap_or_else(|| "cmd.exe".into());
-            let mut c = std::process::Command::new(&comspec);
-            // As the string was given: cmd.exe parses it itself.
-            c.arg("/c").raw_arg(string);
-            (c, vec![comspec, "/c".into(), string.clone()])
+            vec![comspec, "/c".into(), string.clone()]
         }
-    }
+    };
+    (crate::platform::windows::command_for(&argv), argv)
 }
 
-fn run_holding(opts: &RunOptions, lock: &LockFile, slot: Option<u16>) -> Result<i32, Failure> {
+fn run_holding(
+    opts: &RunOptions,
+    lock: &LockFile,
+    slot: Option<u16>,
+    outcome: &mut Outcome,
+) -> Result<i32, Failure> {
     let (mut command, argv) = command_line(opts);
     command
         .env("LOCKRUN_LOCKFILE", &lock.path)
@@ -382,6 +461,10 @@ fn run_holding(opts: &RunOptions, lock: &LockFile, slot: Option<u16>) -> Result<
                 io::ErrorKind::NotFound => exit_codes::NOT_FOUND,
                 _ => exit_codes::CANNOT_EXECUTE,
             };
+            // A command that could not start ran as far as the metrics
+            // go, with 126/127 (Linux's rule).
+            outcome.event = Event::Finished;
+            unlock_byte(lock.file.as_raw_handle(), LOCK_OFFSET);
             return Err(Failure::new(
                 status,
                 format!("cannot run {}: {e}", argv[0].to_string_lossy()),
@@ -478,6 +561,11 @@ fn run_holding(opts: &RunOptions, lock: &LockFile, slot: Option<u16>) -> Result<
         }
     }
     unlock_byte(lock.file.as_raw_handle(), LOCK_OFFSET);
+    outcome.event = if max_timed_out {
+        Event::MaxTime
+    } else {
+        Event::Finished
+    };
     if max_timed_out {
         crate::say!(
             "lockrun: the command ran for --max-time {}: lockrun ended it and every process it started (its job)",
@@ -486,6 +574,7 @@ fn run_holding(opts: &RunOptions, lock: &LockFile, slot: Option<u16>) -> Result<
         return Ok(i32::from(exit_codes::MAX_TIME));
     }
     if let Err(e) = status {
+        outcome.event = Event::Error;
         return Err(Failure::new(
             exit_codes::OS_ERROR,
             format!("cannot wait for the command: {e}"),

@@ -6,22 +6,14 @@ use super::inspect;
 use crate::exit_codes::{self, Failure};
 use crate::inspect::State;
 use crate::registry::{self, LockTarget};
-use std::path::{Path, PathBuf};
-
-/// A LOCKFILE argument's lock URL, if it is one; a URL that does not parse
-/// (a bad port) is its usage error.
-fn url(path: &Path) -> Result<Option<LockTarget>, Failure> {
-    let target = LockTarget::parse(path.as_os_str().to_owned())?;
-    Ok(target.is_url().then_some(target))
-}
 
 /// `holder`: each lock in turn; the status is the last one's that failed.
-pub fn holder(json: bool, paths: &[PathBuf]) -> i32 {
+pub fn holder(json: bool, targets: &[LockTarget]) -> i32 {
     let mut status = 0;
-    for path in paths {
-        let answered = match url(path) {
-            Ok(None) => inspect::holder(json, std::slice::from_ref(path)),
-            Ok(Some(target)) => match registry::look_up(&target, true, false) {
+    for target in targets {
+        let answered = match target {
+            LockTarget::File(path) => inspect::holder(json, std::slice::from_ref(path)),
+            url => match registry::look_up(url, true, false) {
                 Ok(found) => {
                     let mut s = 0;
                     if found.unreadable {
@@ -36,7 +28,6 @@ pub fn holder(json: bool, paths: &[PathBuf]) -> i32 {
                 }
                 Err(failure) => said(&failure),
             },
-            Err(failure) => said(&failure),
         };
         if answered != 0 {
             status = answered;
@@ -50,18 +41,23 @@ fn said(failure: &Failure) -> i32 {
     i32::from(failure.status)
 }
 
-/// `check`: 0 held, 1 free, 69 unknown (the service could not be asked).
-pub fn check(json: bool, quiet: bool, probe: bool, path: &Path) -> Result<i32, Failure> {
-    let Some(target) = url(path)? else {
+/// `check`: 0 held, 1 free, 69 unknown (the service could not be asked);
+/// with `--token T` (a lock URL: the parser refuses it for a file), 0
+/// only if T is a current holder's token (`Report::check_status`, Linux's
+/// rule).
+pub fn check(
+    json: bool,
+    quiet: bool,
+    probe: bool,
+    token: Option<i64>,
+    target: &LockTarget,
+) -> Result<i32, Failure> {
+    if let LockTarget::File(path) = target {
         return Ok(inspect::check(json, quiet, probe, path));
-    };
-    let found = registry::look_up(&target, json || !quiet, probe)?;
+    }
+    let found = registry::look_up(target, json || !quiet, probe)?;
     if !quiet {
         crate::report::print(&found, json)?;
     }
-    Ok(i32::from(match found.state {
-        State::Unknown => exit_codes::UNAVAILABLE,
-        State::Held => 0,
-        State::Free => exit_codes::NOT_HELD,
-    }))
+    Ok(i32::from(found.check_status(token)))
 }

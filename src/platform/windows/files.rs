@@ -82,3 +82,15 @@ pub fn set_permission_bits(_file: &File, _bits: u32) -> io::Result<()> {
 /// `--log syslog|journal` is refused on Windows before a run starts; no
 /// datagram is ever sent.
 pub fn send_datagram(_path: &Path, _datagram: &[u8]) {}
+
+/// Where `--metrics-file PATH`'s updates lock. Not PATH itself, as on
+/// Unix: Windows (and Wine) refuses to rename a file over one that is
+/// open, so a writer holding PATH's lock could never replace it. A
+/// hidden `DIR/.NAME.lock` beside it, never renamed, is the lock instead;
+/// the collector reads only `*.prom` files, so it never reads this one.
+pub fn metrics_lock_beside(path: &Path) -> Option<std::path::PathBuf> {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name()?);
+    name.push(".lock");
+    Some(path.with_file_name(name))
+}

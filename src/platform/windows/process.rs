@@ -214,6 +214,27 @@ impl CommandLine {
     }
 }
 
+/// The process to start for `args` (a program and its arguments), quoted
+/// for CreateProcessW by the MSVC rules that programs' C runtimes undo.
+/// cmd.exe is the exception: it reads the line after `/c` itself and never
+/// undoes `\"`, so `cmd /c STRING` (what `-c` runs, on a lock file or a
+/// lock URL) passes STRING as it was given, unquoted.
+pub fn command_for(args: &[OsString]) -> std::process::Command {
+    let mut builder = std::process::Command::new(&args[0]);
+    let is_cmd = std::path::Path::new(&args[0])
+        .file_stem()
+        .is_some_and(|stem| stem.eq_ignore_ascii_case("cmd"));
+    match args {
+        [_, c, string] if is_cmd && c.eq_ignore_ascii_case("/c") => {
+            builder.arg(c).raw_arg(string);
+        }
+        _ => {
+            builder.args(&args[1..]);
+        }
+    }
+    builder
+}
+
 /// Starts the command: created suspended, put in a new job that ends it
 /// and all it starts when lockrun's handle on the job closes, then
 /// `before_exec` runs (in lockrun: what the Unix command's process does
@@ -229,8 +250,7 @@ pub unsafe fn start_command(
     _handled: u64,
     before_exec: impl Fn() + Send + Sync + 'static,
 ) -> io::Result<i32> {
-    let mut builder = std::process::Command::new(&command.args[0]);
-    builder.args(&command.args[1..]);
+    let mut builder = command_for(&command.args);
     for (name, value) in &command.env {
         builder.env(name, value);
     }
