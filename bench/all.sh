@@ -69,7 +69,8 @@ step slots "${file_env[@]}" ${BEFORE:+"BEFORE=$BEFORE"} -- "$BENCH/slots.sh" --t
 # measured for LOCKRUN alone.
 if [ -n "${BEFORE:-}" ] && [ ${#QUICK[@]} -eq 0 ]; then
   step list "${file_env[@]}" "BEFORE=$BEFORE" BEFORE_REPS=1 -- "$BENCH/list.sh" --counts 0,1,1000,5000
-  step list.10000 "${file_env[@]}" -- "$BENCH/list.sh" --counts 10000
+  # env -u: list.sh would find BEFORE in the environment all.sh got.
+  step list.10000 -u BEFORE "${file_env[@]}" -- "$BENCH/list.sh" --counts 10000
 else
   step list "${file_env[@]}" ${BEFORE:+"BEFORE=$BEFORE"} -- "$BENCH/list.sh" "${QUICK[@]}"
 fi
