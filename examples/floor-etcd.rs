@@ -73,20 +73,7 @@ fn main() {
             if let Err(e) = holder.delete(key.as_str(), None).await {
                 fail(&format!("delete: {e}"));
             }
-            loop {
-                match stream.message().await {
-                    Ok(Some(m))
-                        if m.events()
-                            .iter()
-                            .any(|e| e.event_type() == etcd_client::EventType::Delete) =>
-                    {
-                        break;
-                    }
-                    Ok(Some(_)) => continue,
-                    Ok(None) => fail("the watch ended"),
-                    Err(e) => fail(&format!("watch: {e}")),
-                }
-            }
+            deleted(&mut stream).await;
             times.push(t0.elapsed().as_micros());
         }
         (times, trips)
@@ -138,20 +125,7 @@ fn run(endpoint: &str, name: &str, command: &[String]) -> i32 {
                 .watch(before.key(), Some(options))
                 .await
                 .unwrap_or_else(|e| fail(&format!("watch: {e}")));
-            loop {
-                match stream.message().await {
-                    Ok(Some(m))
-                        if m.events()
-                            .iter()
-                            .any(|e| e.event_type() == etcd_client::EventType::Delete) =>
-                    {
-                        break;
-                    }
-                    Ok(Some(_)) => continue,
-                    Ok(None) => fail("the watch ended"),
-                    Err(e) => fail(&format!("watch: {e}")),
-                }
-            }
+            deleted(&mut stream).await;
         }
         let status = std::process::Command::new(program)
             .args(args)
@@ -162,6 +136,24 @@ fn run(endpoint: &str, name: &str, command: &[String]) -> i32 {
         }
         status.code().unwrap_or(1)
     })
+}
+
+/// Until the watch reports a delete.
+async fn deleted(stream: &mut etcd_client::WatchStream) {
+    loop {
+        match stream.message().await {
+            Ok(Some(m))
+                if m.events()
+                    .iter()
+                    .any(|e| e.event_type() == etcd_client::EventType::Delete) =>
+            {
+                return;
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => fail("the watch ended"),
+            Err(e) => fail(&format!("watch: {e}")),
+        }
+    }
 }
 
 fn report(times: &mut [u128], trips: &mut [u128]) {

@@ -16,7 +16,6 @@
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 pub use crate::platform::not_read::NotRead;
@@ -64,17 +63,10 @@ pub fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), NotRead> {
     Ok((file, meta))
 }
 
-/// The whole content of PATH, read as [`open_regular`] opens it.
-pub fn read_regular(path: &Path) -> Result<Vec<u8>, NotRead> {
-    let (mut file, meta) = open_regular(path)?;
-    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1 << 20));
-    file.read_to_end(&mut content).map_err(NotRead::Io)?;
-    Ok(content)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::platform::read_regular;
 
     #[test]
     fn a_fifo_is_refused_at_once_and_a_link_to_a_file_is_read() {

@@ -37,10 +37,9 @@ pub use windows::{
     file_id, group_kept_with_command, ignore_broken_pipes, interrupt_helper, leave_command_group,
     metrics_lock_beside, open_regular, open_without_waiting, others_may_access,
     own_start_time_since, own_start_time_without_allocating, permission_bits, process_start_time,
-    read_regular, reap, same_file, send_datagram, set_permission_bits, signals, socket_fds,
-    spawn_helper, start_command, stop_all, stop_described, terminal_columns,
-    tolerating_file_size_limit, wait_for_hang_up, wait_reaping_orphans, wait_until_exited,
-    watchdog_pid, with_signals_blocked,
+    reap, same_file, send_datagram, set_permission_bits, signals, socket_fds, spawn_helper,
+    start_command, stop_all, stop_described, terminal_columns, tolerating_file_size_limit,
+    wait_for_hang_up, wait_reaping_orphans, wait_until_exited, watchdog_pid, with_signals_blocked,
 };
 #[cfg(windows)]
 mod helpers;
@@ -81,6 +80,7 @@ mod helpers;
 #[cfg(target_os = "linux")]
 mod keeper;
 mod not_read;
+pub use not_read::read_regular;
 #[cfg(unix)]
 mod process;
 // The forwarded signals' handlers: all their work is done inside the
@@ -96,7 +96,7 @@ mod threads;
 #[cfg_attr(not(feature = "lock-urls"), allow(dead_code))]
 mod watchdog;
 #[cfg(unix)]
-pub use files::{NotRead, file_kind, open_regular, read_regular};
+pub use files::{NotRead, file_kind, open_regular};
 #[cfg(unix)]
 pub use helpers::{ANSWERED, Bell, Helpers};
 #[cfg(target_os = "linux")]

@@ -2,7 +2,17 @@
 //! `platform::open_regular`/`read_regular` on every OS (Unix's
 //! `platform::files`, Windows' `platform::windows::files`).
 
-use std::io;
+use std::io::{self, Read};
+use std::path::Path;
+
+/// The whole content of PATH, read as `platform::open_regular` opens it
+/// (one definition for every OS: only the opening differs).
+pub fn read_regular(path: &Path) -> Result<Vec<u8>, NotRead> {
+    let (mut file, meta) = super::open_regular(path)?;
+    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1 << 20));
+    file.read_to_end(&mut content).map_err(NotRead::Io)?;
+    Ok(content)
+}
 
 /// Why a credential file was not read.
 #[derive(Debug)]

@@ -26,8 +26,7 @@ pub use fds::{
 };
 pub use files::{
     NotRead, create_new, file_id, metrics_lock_beside, open_regular, open_without_waiting,
-    others_may_access, permission_bits, read_regular, same_file, send_datagram,
-    set_permission_bits,
+    others_may_access, permission_bits, same_file, send_datagram, set_permission_bits,
 };
 pub use process::{
     BeforeStart, ChildLink, CommandLine, KILL_SIGNAL, STOP_SIGNAL, STOPS_BY_SIGNALS, Target,

@@ -6,7 +6,7 @@
 //! directory (its ACL), which Windows gives a new file.
 
 use std::fs::{File, Metadata, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
 
 pub use crate::platform::not_read::NotRead;
@@ -23,14 +23,6 @@ pub fn open_regular(path: &Path) -> Result<(File, Metadata), NotRead> {
         return Err(NotRead::NotRegular("not a regular file"));
     }
     Ok((file, meta))
-}
-
-/// The whole content of PATH, read as [`open_regular`] opens it.
-pub fn read_regular(path: &Path) -> Result<Vec<u8>, NotRead> {
-    let (mut file, meta) = open_regular(path)?;
-    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1 << 20));
-    file.read_to_end(&mut content).map_err(NotRead::Io)?;
-    Ok(content)
 }
 
 /// Whether others than the owner may read a credential file (a warning on
