@@ -289,6 +289,15 @@ impl Scenario {
             .args(["--", "sh", "-c", script]);
         let bg = self.spawn(cmd);
         let words = bg.expect_ready();
+        // On a lock URL the record naming the command's pid is stored just
+        // after the command starts (one round trip; a lock file's is
+        // written before): until then a conflict says "an unknown
+        // process". Ready means named, for the tests that read the name.
+        if !args.contains(&"--no-record") && !args.contains(&"-s") {
+            wait_for("the holder's record to name its command", || {
+                self.json()["record"]["pid"].is_i64()
+            });
+        }
         (bg, words)
     }
 
