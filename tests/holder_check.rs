@@ -870,16 +870,7 @@ fn holder_on_several_files_reads_the_host_once() {
         .args(["sh", "-c", "echo ready; exec sleep 60"]);
     let flock = Background::spawn(flock);
     flock.expect_ready();
-    let mut others = std::process::Command::new("python3");
-    others
-        .args([
-            "-c",
-            "import fcntl,os,sys\nfs=[open(os.path.join(sys.argv[1],'other%d'%i),'w') for i in range(200)]\n\
-             [fcntl.flock(f,fcntl.LOCK_EX) for f in fs]\nprint('ready',flush=True)\nsys.stdin.readline()",
-        ])
-        .arg(dir.path());
-    let others = Background::spawn(others);
-    others.expect_ready();
+    let others = hold_other_locks(dir.path(), 200);
     // What one `holder` opens: /proc/locks (a torn table is read a fixed
     // few times, and again a fixed few) and /proc (a walk).
     let opens = |paths: &[&std::path::Path]| {
@@ -949,10 +940,9 @@ fn where_kcmp_is_refused_each_process_is_its_own_holder() {
         return;
     }
     let dir = temp_dir();
-    let source = dir.path().join("nokcmp.c");
-    let wrapper = dir.path().join("nokcmp");
-    std::fs::write(
-        &source,
+    let wrapper = build_c(
+        dir.path(),
+        "nokcmp",
         r#"
 #include <errno.h>
 #include <linux/filter.h>
@@ -977,15 +967,9 @@ int main(int argc, char **argv) {
     return 71;
 }
 "#,
-    )
-    .unwrap();
-    let built = Command::new("cc")
-        .arg("-o")
-        .arg(&wrapper)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(built.success(), "cc could not build the seccomp wrapper");
+        &[],
+        &[],
+    );
     let lock = lock_in(&dir);
     let script = "echo ready $$; exec sleep 60";
     let (_a, a) = Background::lockrun_holding(&["--fcntl", "-s"], &lock, script);

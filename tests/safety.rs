@@ -413,10 +413,9 @@ fn an_exclusive_lock_refused_on_a_read_only_descriptor_reopens_read_write() {
         return;
     }
     let dir = temp_dir();
-    let shim_c = dir.path().join("nfs_flock.c");
-    let shim = dir.path().join("nfs_flock.so");
-    std::fs::write(
-        &shim_c,
+    let shim = build_c(
+        dir.path(),
+        "nfs_flock.so",
         r#"
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -431,16 +430,9 @@ int flock(int fd, int op) {
     return real(fd, op);
 }
 "#,
-    )
-    .unwrap();
-    let built = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&shim)
-        .arg(&shim_c)
-        .arg("-ldl")
-        .status()
-        .unwrap();
-    assert!(built.success(), "cc could not build the shim");
+        &["-shared", "-fPIC"],
+        &["-ldl"],
+    );
     let lock = lock_in(&dir);
     let run = |args: &[&str]| {
         let mut cmd = Command::new(bin());

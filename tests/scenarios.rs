@@ -690,9 +690,12 @@ scenario!(nonblocking_conflict_names_the_holder, |mut sc| {
     let number: i64 = pid.parse().expect("pid");
     // On a URL the record naming the command reaches the server just after
     // the command starts (seen in CI: "held by an unknown process").
-    wait_for("the record to name the command", || {
-        sc.json()["record"]["pid"] == number
-    });
+    // Ready means the record names a pid (Scenario::holder): this one's.
+    assert_eq!(
+        sc.json()["record"]["pid"],
+        number,
+        "the record names another pid"
+    );
     let target = sc.target().to_owned();
     let out = sc.lockrun().args(["-n", &target, "true"]).assert().code(75);
     let stderr = stderr_of(&out);
@@ -874,9 +877,8 @@ scenario!(urls kill_on_loss, |mut sc| {
         words[2].parse().expect("pid"),
     );
     let number = i64::from(command);
-    wait_for("the record to name the command", || {
-        sc.json()["record"]["pid"] == number
-    });
+    // Ready means the record names a pid (Scenario::holder): this one's.
+    assert_eq!(sc.json()["record"]["pid"], number, "the record names another pid");
     let says = lose(&sc);
     let lost = Instant::now();
     assert_eq!(holder.line(BOUND).as_deref(), Some("got TERM"));
@@ -1043,9 +1045,12 @@ scenario!(holder_and_check_read_the_lock, |mut sc| {
     let (pid, token) = (words[0].clone(), words[1].clone());
     let number: i64 = pid.parse().expect("pid");
     assert_eq!(words[2], target, "LOCKRUN_LOCKFILE");
-    wait_for("the record to name the command", || {
-        sc.json()["record"]["pid"] == number
-    });
+    // Ready means the record names a pid (Scenario::holder): this one's.
+    assert_eq!(
+        sc.json()["record"]["pid"],
+        number,
+        "the record names another pid"
+    );
     sc.lockrun().args(["check", "-q", &target]).assert().code(0);
     let json = sc.json();
     assert_eq!(json["state"], "held", "{json}");
@@ -1155,9 +1160,12 @@ scenario!(
         let (holder, words) = sc.holder(&[], "echo ready $$; exec sleep 1031");
         let command: i32 = words[0].parse().expect("pid");
         let number = i64::from(command);
-        wait_for("the record to name the command", || {
-            sc.json()["record"]["pid"] == number
-        });
+        // Ready means the record names a pid (Scenario::holder): this one's.
+        assert_eq!(
+            sc.json()["record"]["pid"],
+            number,
+            "the record names another pid"
+        );
         let lockrun_pid = holder.pid();
         // Leaked: never released, never waited for, never killed.
         std::mem::forget(holder);

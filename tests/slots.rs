@@ -979,15 +979,7 @@ fn item_14_holder_on_idle_slots_reads_the_table_and_scans_the_processes_once() {
         .assert()
         .success();
     // 200 other flock locks: /proc/locks is then longer than a page.
-    let mut cmd = std::process::Command::new("python3");
-    cmd.args([
-        "-c",
-        "import fcntl,os,sys\nfs=[open(os.path.join(sys.argv[1],'other%d'%i),'w') for i in range(200)]\n\
-         [fcntl.flock(f,fcntl.LOCK_EX) for f in fs]\nprint('ready',flush=True)\nsys.stdin.readline()",
-    ])
-    .arg(dir.path());
-    let others = Background::spawn(cmd);
-    others.expect_ready();
+    let others = hold_other_locks(dir.path(), 200);
     for sub in ["holder", "check"] {
         let trace = dir.path().join(format!("trace-{sub}"));
         let out = std::process::Command::new("strace")

@@ -372,6 +372,45 @@ pub fn skip(why: &str) {
     }
 }
 
+/// A python3 process holding `n` flock(2) locks on files of its own in
+/// `dir` (`other0`, `other1`, ...) until dropped: enough of them (a few
+/// hundred) make /proc/locks longer than a page, read in several parts.
+/// Callers check `needs("python3", ...)` first.
+#[allow(dead_code)]
+pub fn hold_other_locks(dir: &Path, n: usize) -> Background {
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-c",
+        "import fcntl,os,sys\nfs=[open(os.path.join(sys.argv[1],'other%d'%i),'w') for i in range(int(sys.argv[2]))]\n\
+         [fcntl.flock(f,fcntl.LOCK_EX) for f in fs]\nprint('ready',flush=True)\nsys.stdin.readline()",
+    ])
+    .arg(dir)
+    .arg(n.to_string());
+    let others = Background::spawn(cmd);
+    others.expect_ready();
+    others
+}
+
+/// Builds the C program `source` with cc into `dir/name` (with `args`
+/// before the source, e.g. `-shared -fPIC` for a preload shim, and `libs`
+/// after it), and returns its path. Callers check `needs("cc", ...)` first.
+#[allow(dead_code)]
+pub fn build_c(dir: &Path, name: &str, source: &str, args: &[&str], libs: &[&str]) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    let out = dir.join(name);
+    std::fs::write(&c, source).unwrap();
+    let built = Command::new("cc")
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .arg(&c)
+        .args(libs)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc could not build {name}");
+    out
+}
+
 /// Whether `tool` is installed; says SKIPPED (or fails under CI) if not.
 pub fn needs(tool: &str, why: &str) -> bool {
     if has(tool) {
