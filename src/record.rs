@@ -223,6 +223,10 @@ pub struct SlotsHeader {
     pub set_by: Option<Record>,
 }
 
+/// How every header [`SlotsHeader::to_line`] writes begins (its first
+/// field): a cheap test that content is not one.
+pub const SLOTS_HEADER_START: &[u8] = b"{\"lockrun_slots\":";
+
 impl SlotsHeader {
     pub fn parse(bytes: &[u8]) -> Option<SlotsHeader> {
         if bytes.len() as u64 > MAX_RECORD_BYTES {
@@ -809,6 +813,7 @@ mod tests {
             }),
         };
         let line = header.to_line();
+        assert!(line.starts_with(SLOTS_HEADER_START));
         assert_eq!(SlotsHeader::parse(&line), Some(header));
         assert_eq!(Record::parse(&line), None);
         assert_eq!(SlotsHeader::parse(b"{\"lockrun\":1,\"pid\":5}"), None);
