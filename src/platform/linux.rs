@@ -387,29 +387,38 @@ pub fn kernel_locks_of(ids: &[LockId]) -> io::Result<Vec<LockTable>> {
 /// `list` answer every file they look at from one of these (issue 34
 /// item 4): one reading per row made `list` of 10,000 locks take minutes.
 pub fn lock_snapshot() -> io::Result<LockSnapshot> {
-    let mut readings: Vec<std::collections::HashMap<LockId, Vec<KernelLock>>> = Vec::new();
-    let mut order: Vec<LockId> = Vec::new();
+    lock_snapshot_rest(lock_snapshot_first()?)
+}
+
+/// The first reading of [`lock_snapshot`] alone (`torn` when it took more
+/// than one read(2)): what a caller can answer from when one reading is
+/// proof enough, before [`lock_snapshot_rest`] reads the table again.
+pub fn lock_snapshot_first() -> io::Result<LockSnapshot> {
     let mut buf = Vec::new();
-    let mut torn = false;
-    for _ in 0..TORN_READINGS {
-        let reads = read_whole("/proc/locks", &mut buf)?;
-        torn |= reads > 1;
-        let mut reading: std::collections::HashMap<LockId, Vec<KernelLock>> =
-            std::collections::HashMap::new();
-        for line in String::from_utf8_lossy(&buf)
-            .lines()
-            .filter_map(parse_lock_line)
-        {
-            let entries = reading.entry(line.id).or_insert_with(|| {
-                order.push(line.id);
-                Vec::new()
-            });
-            entries.push(line.lock);
-        }
-        readings.push(reading);
-        if !torn {
-            break;
-        }
+    let reads = read_whole("/proc/locks", &mut buf)?;
+    let mut order: Vec<LockId> = Vec::new();
+    let by_id = one_reading(&buf, &mut order);
+    Ok(LockSnapshot {
+        by_id,
+        order,
+        torn: reads > 1,
+    })
+}
+
+/// [`lock_snapshot`] from its first reading: that reading when it was
+/// whole, else it merged with the readings still to make.
+pub fn lock_snapshot_rest(first: LockSnapshot) -> io::Result<LockSnapshot> {
+    if !first.torn {
+        return Ok(first);
+    }
+    let LockSnapshot {
+        by_id, mut order, ..
+    } = first;
+    let mut readings = vec![by_id];
+    let mut buf = Vec::new();
+    for _ in 1..TORN_READINGS {
+        read_whole("/proc/locks", &mut buf)?;
+        readings.push(one_reading(&buf, &mut order));
     }
     // A file first seen in a later reading was pushed once per reading
     // that had it first: keep its first place only.
@@ -423,7 +432,31 @@ pub fn lock_snapshot() -> io::Result<LockSnapshot> {
             (*id, locks)
         })
         .collect();
-    Ok(LockSnapshot { by_id, order, torn })
+    Ok(LockSnapshot {
+        by_id,
+        order,
+        torn: true,
+    })
+}
+
+/// One reading's entries by id; each id not yet in `order` is added to it.
+fn one_reading(
+    buf: &[u8],
+    order: &mut Vec<LockId>,
+) -> std::collections::HashMap<LockId, Vec<KernelLock>> {
+    let mut reading: std::collections::HashMap<LockId, Vec<KernelLock>> =
+        std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(buf)
+        .lines()
+        .filter_map(parse_lock_line)
+    {
+        let entries = reading.entry(line.id).or_insert_with(|| {
+            order.push(line.id);
+            Vec::new()
+        });
+        entries.push(line.lock);
+    }
+    reading
 }
 
 /// Each id's entries in one reading of /proc/locks, in the table's order.

@@ -273,6 +273,14 @@ pub fn lock_snapshot() -> io::Result<super::LockSnapshot> {
          (`lockrun check --probe` tries the lock instead; list takes the lock files to show)",
     ))
 }
+/// As [`lock_snapshot`]: no table to read here.
+pub fn lock_snapshot_first() -> io::Result<super::LockSnapshot> {
+    lock_snapshot()
+}
+/// Never reached: [`lock_snapshot_first`] gives no reading to go on from.
+pub fn lock_snapshot_rest(first: super::LockSnapshot) -> io::Result<super::LockSnapshot> {
+    Ok(first)
+}
 /// No /proc to walk: an index that saw nothing, and says it is incomplete.
 pub fn index_descriptors() -> super::FdIndex {
     super::FdIndex::default()

@@ -121,7 +121,7 @@ fn nameless(id: LockId, look: &mut Look) -> Report {
         "no descriptor lockrun may look at names this file (another user's process, without root; a deleted file; another mount namespace)"
             .to_owned(),
     );
-    if let Ok(table) = look.kernel_locks(id) {
+    if let Ok(table) = look.kernel_locks(id, false) {
         report.waiting = table.locks.iter().filter(|l| l.waiting).count();
         report.holders = table
             .locks

@@ -41,14 +41,14 @@ pub fn inspect_slots(
     // anyone else holding it (flock(1), a plain lockrun, fcntl or lockf)
     // is reported, and makes the lock held: waiters queue behind it.
     let id = look.lock_id_at(path, dev, ino);
-    let table = look.kernel_locks(id).ok();
+    let table = look.kernel_locks(id, false).ok();
     let heads: Vec<i32> = slot_paths
         .iter()
         .filter_map(|slot| {
             let meta = std::fs::metadata(slot).ok()?;
             let (dev, ino) = crate::platform::file_id(&meta);
             let slot_id = look.lock_id_at(slot, dev, ino);
-            look.kernel_locks(slot_id).ok()
+            look.kernel_locks(slot_id, false).ok()
         })
         .flat_map(|t| t.locks.into_iter().filter(|l| l.waiting).map(|l| l.pid))
         .collect();
