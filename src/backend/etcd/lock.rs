@@ -493,7 +493,7 @@ impl Held for EtcdHeld {
         } else {
             // A failure here means the key is gone: the session notices and
             // stops the command.
-            let _ = self.client.update_if_ours(
+            self.client.update_if_ours_unawaited(
                 &self.key,
                 self.revision,
                 &self.value(record),
