@@ -1473,11 +1473,7 @@ fn redis_url_dash_c_runs_through_cmd() {
 fn options_not_built_for_windows_yet_say_so() {
     let dir = tmp();
     let lock = dir.path().join("n.lock");
-    for args in [
-        &["--also", "other.lock"][..],
-        &["--skip-if-succeeded-within", "1h"],
-        &["--log", "journal"],
-    ] {
+    for args in [&["--also", "other.lock"][..], &["--log", "journal"]] {
         let out = output(run_with(args, &lock, "exit|0"));
         let said = stderr(&out);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {said}");
@@ -1538,4 +1534,109 @@ fn redis_url_skip_if_succeeded_within() {
     let mut shared = skip.to_vec();
     shared.push("-s");
     assert_eq!(status(url_run(&shared, &url, "exit|0")), 64);
+}
+
+/// `--skip-if-succeeded-within` on a lock file (the one run flow decides it
+/// from the lock file's last record, as on Linux): the skip options with a
+/// metrics file, and the command that shows whether it ran.
+fn skip_run(lock: &Path, within: &str, prom: &Path, marker: &Path) -> Output {
+    let prom = prom.display().to_string();
+    output(run_with(
+        &[
+            "--skip-if-succeeded-within",
+            within,
+            "--metrics-file",
+            prom.as_str(),
+        ],
+        lock,
+        &format!("touch|{}", marker.display()),
+    ))
+}
+
+/// After a success, a run within the period does not run its command:
+/// status 0, a message saying why, counted as skipped_recent, and the
+/// record left as the last run left it, byte for byte.
+#[test]
+fn skip_if_succeeded_within_skips_after_a_success() {
+    let dir = tmp();
+    let lock = dir.path().join("skip.lock");
+    let (prom, marker) = (dir.path().join("skip.prom"), dir.path().join("ran"));
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "the first run ran: there was no last run");
+    fs::remove_file(&marker).expect("remove the marker");
+    let before = fs::read(&lock).expect("the record");
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !marker.exists(),
+        "the run within the period ran its command"
+    );
+    let said = stderr(&out);
+    assert!(said.contains("not running the command"), "{said}");
+    assert!(said.contains("--skip-if-succeeded-within 1h"), "{said}");
+    assert_eq!(fs::read(&lock).expect("the record"), before, "a skip wrote");
+    assert_eq!(
+        metric(&prom, "lockrun_runs_total", "skipped_recent"),
+        Some(1.0)
+    );
+}
+
+/// After a failure the command runs: only a success counts.
+#[test]
+fn skip_if_succeeded_within_runs_after_a_failure() {
+    let dir = tmp();
+    let lock = dir.path().join("failed.lock");
+    let (prom, marker) = (dir.path().join("skip.prom"), dir.path().join("ran"));
+    assert_eq!(status(run_with(&[], &lock, "exit|3")), 3);
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "after a failure the command runs");
+    assert_eq!(
+        metric(&prom, "lockrun_runs_total", "skipped_recent"),
+        Some(0.0)
+    );
+}
+
+/// A success longer ago than the period does not skip: the same last
+/// record skips a run with a period of an hour and not one of 1 ms (a
+/// process start alone takes longer), so no sleep decides the outcome.
+#[test]
+fn skip_if_succeeded_within_runs_once_the_period_has_passed() {
+    let dir = tmp();
+    let lock = dir.path().join("passed.lock");
+    let (prom, marker) = (dir.path().join("skip.prom"), dir.path().join("ran"));
+    assert_eq!(status(run_with(&[], &lock, "exit|0")), 0);
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!marker.exists(), "within the hour: skipped");
+    let out = skip_run(&lock, "1ms", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "the period had passed: the command runs");
+}
+
+/// What cannot decide from one last run is a usage error, as on Linux:
+/// `-s`, `--no-record`, `--slots`, a period of 0.
+#[test]
+fn skip_if_succeeded_within_refusals_on_a_lock_file() {
+    let dir = tmp();
+    let lock = dir.path().join("refused.lock");
+    for extra in [&["-s"][..], &["--no-record"], &["--slots", "2"]] {
+        let mut args = vec!["--skip-if-succeeded-within", "1h"];
+        args.extend_from_slice(extra);
+        let out = output(run_with(&args, &lock, "exit|0"));
+        assert_eq!(out.status.code(), Some(64), "{extra:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--skip-if-succeeded-within cannot be used with"),
+            "{extra:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = output(run_with(
+        &["--skip-if-succeeded-within", "0"],
+        &lock,
+        "exit|0",
+    ));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(!lock.exists(), "a refused run touched the lock file");
 }

@@ -24,6 +24,9 @@ pub struct RunOptions {
     pub max_time: Option<(Duration, String)>,
     /// `--metrics-file PATH` (CONTRACT §17): the outcome counted there.
     pub observe: Option<crate::observe::Observers>,
+    /// `--skip-if-succeeded-within`: decided by the one run flow from the
+    /// lock file's last record, as on Linux.
+    pub skip_if_succeeded_within: Option<Duration>,
     /// The command: a program and its arguments, or `-c STRING`.
     pub command: Command,
 }
@@ -85,7 +88,7 @@ Options:
       --ttl DUR              a lock URL's lease (default 10s)
       --metrics-file PATH    count each run's outcome in PATH (Prometheus textfile format)
       --skip-if-succeeded-within DUR
-                             lock URLs: do not run if the last run exited 0 less than DUR ago
+                             do not run if the last run exited 0 less than DUR ago
   -h, --help                 print this help
   -V, --version              print the version
 
@@ -639,12 +642,13 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             option.to_string_lossy()
         )));
     }
-    if skip_within.is_some() {
-        // lockrun.exe's file run has its own flow (src/windows/run.rs),
-        // not the one run flow that decides the skip for a lock URL.
-        return Err(usage(
-            "--skip-if-succeeded-within on a lock file is not built for Windows yet (it works on a lock URL): the Windows file run is not the run flow that decides it",
-        ));
+    // Each slot's file keeps its own record (as on Linux, where the
+    // command line refuses the pair for lock files too).
+    if skip_within.is_some() && slots.is_some_and(|n| n > 1) {
+        return Err(usage(format!(
+            "--skip-if-succeeded-within cannot be used with --slots: {}",
+            crate::backend::NO_ONE_LAST_RUN
+        )));
     }
     Ok(Invocation::Run(RunOptions {
         lockfile,
@@ -657,6 +661,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
         slots: slots.filter(|&n| n > 1),
         max_time,
         observe,
+        skip_if_succeeded_within: skip_within,
         command,
     }))
 }
