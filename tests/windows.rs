@@ -326,6 +326,18 @@ fn the_exit_code_passes_through() {
     assert_eq!(status(c), 127);
 }
 
+/// A Windows exit code is 32 bits: one beyond a byte (an NTSTATUS for a
+/// crash, 0xC0000005) is lockrun.exe's whole, never wrapped into one that
+/// could read as success or busy (300 would be 44, 0xC0000005 5).
+#[test]
+fn an_exit_code_beyond_a_byte_passes_through_whole() {
+    let dir = tmp();
+    let lock = dir.path().join("wide.lock");
+    for code in [300, 0xC000_0005_u32 as i32] {
+        assert_eq!(status(run_with(&[], &lock, &format!("exit|{code}"))), code);
+    }
+}
+
 #[test]
 fn the_record_is_complete_before_the_command_runs() {
     let dir = tmp();
@@ -1467,24 +1479,18 @@ fn redis_url_dash_c_runs_through_cmd() {
     assert_eq!(text.trim(), "ran", "the string ran through cmd.exe");
 }
 
-/// Options lockrun.exe does not have yet are refused by name (64), not
-/// taken for a path or an unknown option.
+/// `--log` (syslog's /dev/log, the journal) is refused by name (64), as
+/// Unix-only, not taken for a path or an unknown option.
 #[test]
-fn options_not_built_for_windows_yet_say_so() {
+fn log_is_refused_by_name_as_unix_only() {
     let dir = tmp();
     let lock = dir.path().join("n.lock");
-    for args in [&["--also", "other.lock"][..], &["--log", "journal"]] {
-        let out = output(run_with(args, &lock, "exit|0"));
-        let said = stderr(&out);
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {said}");
-        // Named, with the reason: not an unknown option.
-        assert!(said.contains(args[0]), "{args:?}: {said}");
-        assert!(!said.contains("unknown option"), "{args:?}: {said}");
-        assert!(
-            said.contains("not built for Windows yet") || said.contains("Unix-only"),
-            "{args:?}: {said}"
-        );
-    }
+    let out = output(run_with(&["--log", "journal"], &lock, "exit|0"));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{said}");
+    assert!(said.contains("--log"), "{said}");
+    assert!(!said.contains("unknown option"), "{said}");
+    assert!(said.contains("Unix-only"), "{said}");
 }
 
 /// `--skip-if-succeeded-within` on a lock URL: after a success, the next
@@ -1639,4 +1645,62 @@ fn skip_if_succeeded_within_refusals_on_a_lock_file() {
     ));
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert!(!lock.exists(), "a refused run touched the lock file");
+}
+
+/// `--also`: the set is held all or none. A run whose other file is busy
+/// gives 75 naming it and holds none of the set (its LOCKFILE is free at
+/// once); a run that gets the set holds every file while its command
+/// runs, and each file's record names the rest (`also`) and is completed
+/// at the release.
+#[test]
+fn also_holds_the_set_all_or_none() {
+    let dir = tmp();
+    let (a, b) = (dir.path().join("a.lock"), dir.path().join("b.lock"));
+    let b_arg = b.display().to_string();
+    let mut holder = spawn(run_with(&[], &b, "sleep|3000"));
+    wait_held(&b);
+    let out = output(run_with(&["-n", "--also", &b_arg], &a, "exit|0"));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(75), "{said}");
+    assert!(said.contains("b.lock"), "the busy file is named: {said}");
+    assert!(said.contains("holds none of them"), "{said}");
+    assert_eq!(
+        status(run_with(&["-n"], &a, "exit|0")),
+        0,
+        "a set that was not taken left its LOCKFILE held"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let mut set = spawn(run_with(&["--also", &b_arg], &a, "sleep|3000"));
+    wait_held(&a);
+    wait_held(&b);
+    assert_eq!(
+        status(run_with(&["-n"], &b, "exit|0")),
+        75,
+        "b is the set's"
+    );
+    assert_eq!(
+        status(run_with(&["-n"], &a, "exit|0")),
+        75,
+        "a is the set's"
+    );
+    assert!(set.wait().expect("wait").success());
+    for (file, other) in [(&a, &b), (&b, &a)] {
+        let rec: serde_json::Value =
+            serde_json::from_str(fs::read_to_string(file).expect("record").trim()).expect("json");
+        let also = rec["also"].as_array().expect("also in the record");
+        assert_eq!(also.len(), 1, "{rec}");
+        let named = also[0].as_str().unwrap_or_default().to_lowercase();
+        let other_name = other
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_lowercase();
+        assert!(named.ends_with(&other_name), "{rec}");
+        assert_eq!(rec["exit"]["code"], 0, "{rec}");
+        assert!(rec["released_at"].is_string(), "{rec}");
+    }
+    let out = output(run_with(&["--also", &b_arg, "--slots", "2"], &a, "exit|0"));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
 }

@@ -6,7 +6,7 @@
 
 use super::cli::{Command, RunOptions};
 use crate::backend::RunSettings;
-use crate::backend::file_windows::{FileBackend, Opening, slots::SlotsBackend};
+use crate::backend::file_windows::{FileBackend, Opening, set::LockSet, slots::SlotsBackend};
 use crate::display;
 use crate::exit_codes::Failure;
 use crate::observe::{Event, Watch};
@@ -31,7 +31,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, Failure> {
         observe: opts.observe.clone(),
     };
     let nonblocking = opts.timeout.is_some_and(|t| t.is_zero());
-    let flow = Flow {
+    let mut flow = Flow {
         label: display::escape(&opts.lockfile.to_string_lossy()),
         lockfile: std::path::absolute(&opts.lockfile)
             .unwrap_or_else(|_| opts.lockfile.clone())
@@ -54,6 +54,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, Failure> {
         mode: opts.mode,
         nonblocking,
     };
+    if !opts.also.is_empty() {
+        let set = unopened(LockSet::open(&opening, &opts.also), &flow)?;
+        flow.also = set.also_of_primary();
+        return Ok(exit_code(crate::run::run_with(set, &flow)?));
+    }
     let ending = match opts.slots {
         Some(n) => crate::run::run_with(unopened(SlotsBackend::open(&opening, n), &flow)?, &flow),
         None => crate::run::run_with(unopened(FileBackend::open(&opening), &flow)?, &flow),

@@ -8,6 +8,8 @@
 //! rules. The run itself is the one run flow's (`run::run_with`), as for
 //! every backend; `--slots N` is [`slots`].
 
+#[path = "windows_set.rs"]
+pub mod set;
 #[path = "windows_slots.rs"]
 pub mod slots;
 
@@ -35,6 +37,17 @@ pub struct LockFile {
     pub writable: bool,
     /// Absolute, as the command's `LOCKRUN_LOCKFILE` and messages name it.
     pub path: PathBuf,
+}
+
+impl LockFile {
+    /// The file itself, whatever name it was opened by: its volume and its
+    /// index there (what an inode is on Unix). `None` if Windows will not
+    /// say.
+    pub fn identity(&self) -> Option<(u32, u64)> {
+        let info = crate::platform::windows::file_information(&self.file).ok()?;
+        let index = (u64::from(info.nFileIndexHigh) << 32) | u64::from(info.nFileIndexLow);
+        Some((info.dwVolumeSerialNumber, index))
+    }
 }
 
 pub fn open_lock_file(path: &Path, create: bool) -> Result<LockFile, Failure> {
@@ -254,7 +267,7 @@ impl Backend for FileBackend {
     fn give_up(self) {}
 
     fn acquired(self, record: Option<&Record>, _verbose: bool) -> Result<FileHeld, Failure> {
-        Ok(FileHeld::new(self.lock, record.is_some(), None))
+        Ok(FileHeld::new(self.lock, record.is_some(), None, self.label))
     }
 }
 
@@ -265,12 +278,24 @@ pub struct FileHeld {
     record: bool,
     /// With `--slots`: the slot's number and its file's name.
     slot: Option<(u16, String)>,
+    /// The lock file's name in messages.
+    label: String,
 }
 
 impl FileHeld {
-    fn new(lock: LockFile, wants_record: bool, slot: Option<(u16, String)>) -> FileHeld {
+    fn new(
+        lock: LockFile,
+        wants_record: bool,
+        slot: Option<(u16, String)>,
+        label: String,
+    ) -> FileHeld {
         let record = wants_record && may_write_record(&lock);
-        FileHeld { lock, record, slot }
+        FileHeld {
+            lock,
+            record,
+            slot,
+            label,
+        }
     }
 }
 

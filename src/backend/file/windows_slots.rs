@@ -224,6 +224,11 @@ impl Backend for SlotsBackend {
         let slot = self.slots.swap_remove(k);
         let number = k as u16 + 1;
         let label = display::escape(&slot.path.to_string_lossy());
-        Ok(FileHeld::new(slot, record.is_some(), Some((number, label))))
+        Ok(FileHeld::new(
+            slot,
+            record.is_some(),
+            Some((number, label.clone())),
+            label,
+        ))
     }
 }
