@@ -11,7 +11,6 @@
 use crate::platform::FileExt;
 use serde::{Deserialize, Serialize};
 use std::io;
-#[cfg(unix)]
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 pub const FORMAT: u32 = 1;
@@ -510,34 +509,66 @@ pub struct ChildRecord {
     start_seen: AtomicU64,
 }
 
-/// The child-side record's name on Windows, where it has no moment to be
-/// written in: the command starts suspended and lockrun writes the whole
-/// record itself, so no backend there gives the command a record to write
-/// (`Held::child_record_fd` is `None`) and the run flow drops this once the
-/// lock is taken. It keeps the run flow one code path on every OS.
+/// The record completed while the command is still suspended, on
+/// Windows: there is no fork, so lockrun itself writes it, from the run
+/// flow's pre-exec hook, which `platform::start_command` runs after the
+/// command was created suspended in its job and before it resumes. The
+/// command's pid and creation time are the platform's
+/// (`starting_command`); the file is the lock file's handle, which the
+/// file backend hands over as the record descriptor (`platform::file_fd`).
 #[cfg(windows)]
-pub struct ChildRecord;
+pub struct ChildRecord {
+    record: Record,
+    label: String,
+    /// The creation time written, for the release record: once the
+    /// command has exited its pid can no longer be asked. `u64::MAX`
+    /// while unknown.
+    start_seen: AtomicU64,
+}
 
 #[cfg(windows)]
 impl ChildRecord {
-    pub fn new(_without_pid: &Record, _path_for_messages: &str) -> ChildRecord {
-        ChildRecord
+    pub fn new(without_pid: &Record, path_for_messages: &str) -> ChildRecord {
+        ChildRecord {
+            record: without_pid.clone(),
+            label: path_for_messages.to_owned(),
+            start_seen: AtomicU64::new(u64::MAX),
+        }
     }
 
-    /// No slot to stamp: the run flow builds the record anew (and drops it).
+    /// No slot to stamp: the run flow builds the record anew with the time.
     pub fn stamp_acquired_at(&mut self, _when: &str) -> bool {
         false
     }
 
     pub fn start_seen(&self) -> Option<u64> {
-        None
+        Some(self.start_seen.load(SeqCst)).filter(|&start| start != u64::MAX)
     }
 
+    /// Runs in lockrun while the command is suspended: the whole record,
+    /// with the command's pid and creation time, through the lock file's
+    /// handle, before the command can run.
     pub fn write_from_child(
         &self,
-        _fd: crate::platform::BorrowedFd<'_>,
+        fd: crate::platform::BorrowedFd<'_>,
         _before: Option<crate::platform::BeforeStart>,
     ) {
+        let Some((pid, start)) = crate::platform::windows::starting_command() else {
+            return;
+        };
+        self.start_seen.store(start.unwrap_or(u64::MAX), SeqCst);
+        let mut record = self.record.clone();
+        record.pid = Some(i64::from(pid));
+        record.pid_start = start;
+        let written =
+            crate::platform::windows::with_file_of(fd, |file| write(file, &record.to_line(), None));
+        if let Err(e) = written {
+            crate::say!(
+                "lockrun: could not write the holder record to {}: {e}{}",
+                self.label,
+                RECORD_FAILED_SUFFIX.trim_end().trim_start_matches(')')
+            );
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! lockrun.exe: the run form, `holder` and `check` on Windows (CONTRACT
-//! §20), on the operating-system calls in `platform::windows` and the
-//! portable bottom layer (the record, identity, display, sanitize). The
-//! Unix command line, run flow and backends (`cli`, `run`, `backend`,
-//! `inspect`) are not built for Windows; this is what replaces them there.
+//! §20). Its runs, on a lock file or a lock URL, are the one run flow
+//! (`crate::run`) on a backend (`backend::file_windows`, the lock URLs);
+//! this is the Windows command line and inspection around them. The Unix
+//! command line and inspection (`cli`, `inspect`) are not built for
+//! Windows.
 
 mod cli;
 mod inspect;
@@ -16,9 +17,7 @@ pub fn main() -> i32 {
     let result = cli::parse(args).and_then(|invocation| match invocation {
         cli::Invocation::Run(opts) => run::run(&opts),
         // The one run flow, as on Linux (src/run/, through the registry).
-        cli::Invocation::UrlRun(opts) => {
-            crate::registry::run(&opts).map(|ending| i32::from(ending.status()))
-        }
+        cli::Invocation::UrlRun(opts) => crate::registry::run(&opts).map(run::exit_code),
         cli::Invocation::Holder { json, targets } => Ok(urls::holder(json, &targets)),
         cli::Invocation::Check {
             json,

@@ -326,6 +326,18 @@ fn the_exit_code_passes_through() {
     assert_eq!(status(c), 127);
 }
 
+/// A Windows exit code is 32 bits: one beyond a byte (an NTSTATUS for a
+/// crash, 0xC0000005) is lockrun.exe's whole, never wrapped into one that
+/// could read as success or busy (300 would be 44, 0xC0000005 5).
+#[test]
+fn an_exit_code_beyond_a_byte_passes_through_whole() {
+    let dir = tmp();
+    let lock = dir.path().join("wide.lock");
+    for code in [300, 0xC000_0005_u32 as i32] {
+        assert_eq!(status(run_with(&[], &lock, &format!("exit|{code}"))), code);
+    }
+}
+
 #[test]
 fn the_record_is_complete_before_the_command_runs() {
     let dir = tmp();
@@ -1467,28 +1479,18 @@ fn redis_url_dash_c_runs_through_cmd() {
     assert_eq!(text.trim(), "ran", "the string ran through cmd.exe");
 }
 
-/// Options lockrun.exe does not have yet are refused by name (64), not
-/// taken for a path or an unknown option.
+/// `--log` (syslog's /dev/log, the journal) is refused by name (64), as
+/// Unix-only, not taken for a path or an unknown option.
 #[test]
-fn options_not_built_for_windows_yet_say_so() {
+fn log_is_refused_by_name_as_unix_only() {
     let dir = tmp();
     let lock = dir.path().join("n.lock");
-    for args in [
-        &["--also", "other.lock"][..],
-        &["--skip-if-succeeded-within", "1h"],
-        &["--log", "journal"],
-    ] {
-        let out = output(run_with(args, &lock, "exit|0"));
-        let said = stderr(&out);
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {said}");
-        // Named, with the reason: not an unknown option.
-        assert!(said.contains(args[0]), "{args:?}: {said}");
-        assert!(!said.contains("unknown option"), "{args:?}: {said}");
-        assert!(
-            said.contains("not built for Windows yet") || said.contains("Unix-only"),
-            "{args:?}: {said}"
-        );
-    }
+    let out = output(run_with(&["--log", "journal"], &lock, "exit|0"));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{said}");
+    assert!(said.contains("--log"), "{said}");
+    assert!(!said.contains("unknown option"), "{said}");
+    assert!(said.contains("Unix-only"), "{said}");
 }
 
 /// `--skip-if-succeeded-within` on a lock URL: after a success, the next
@@ -1538,4 +1540,167 @@ fn redis_url_skip_if_succeeded_within() {
     let mut shared = skip.to_vec();
     shared.push("-s");
     assert_eq!(status(url_run(&shared, &url, "exit|0")), 64);
+}
+
+/// `--skip-if-succeeded-within` on a lock file (the one run flow decides it
+/// from the lock file's last record, as on Linux): the skip options with a
+/// metrics file, and the command that shows whether it ran.
+fn skip_run(lock: &Path, within: &str, prom: &Path, marker: &Path) -> Output {
+    let prom = prom.display().to_string();
+    output(run_with(
+        &[
+            "--skip-if-succeeded-within",
+            within,
+            "--metrics-file",
+            prom.as_str(),
+        ],
+        lock,
+        &format!("touch|{}", marker.display()),
+    ))
+}
+
+/// After a success, a run within the period does not run its command:
+/// status 0, a message saying why, counted as skipped_recent, and the
+/// record left as the last run left it, byte for byte.
+#[test]
+fn skip_if_succeeded_within_skips_after_a_success() {
+    let dir = tmp();
+    let lock = dir.path().join("skip.lock");
+    let (prom, marker) = (dir.path().join("skip.prom"), dir.path().join("ran"));
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "the first run ran: there was no last run");
+    fs::remove_file(&marker).expect("remove the marker");
+    let before = fs::read(&lock).expect("the record");
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !marker.exists(),
+        "the run within the period ran its command"
+    );
+    let said = stderr(&out);
+    assert!(said.contains("not running the command"), "{said}");
+    assert!(said.contains("--skip-if-succeeded-within 1h"), "{said}");
+    assert_eq!(fs::read(&lock).expect("the record"), before, "a skip wrote");
+    assert_eq!(
+        metric(&prom, "lockrun_runs_total", "skipped_recent"),
+        Some(1.0)
+    );
+}
+
+/// After a failure the command runs: only a success counts.
+#[test]
+fn skip_if_succeeded_within_runs_after_a_failure() {
+    let dir = tmp();
+    let lock = dir.path().join("failed.lock");
+    let (prom, marker) = (dir.path().join("skip.prom"), dir.path().join("ran"));
+    assert_eq!(status(run_with(&[], &lock, "exit|3")), 3);
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "after a failure the command runs");
+    assert_eq!(
+        metric(&prom, "lockrun_runs_total", "skipped_recent"),
+        Some(0.0)
+    );
+}
+
+/// A success longer ago than the period does not skip: the same last
+/// record skips a run with a period of an hour and not one of 1 ms (a
+/// process start alone takes longer), so no sleep decides the outcome.
+#[test]
+fn skip_if_succeeded_within_runs_once_the_period_has_passed() {
+    let dir = tmp();
+    let lock = dir.path().join("passed.lock");
+    let (prom, marker) = (dir.path().join("skip.prom"), dir.path().join("ran"));
+    assert_eq!(status(run_with(&[], &lock, "exit|0")), 0);
+    let out = skip_run(&lock, "1h", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!marker.exists(), "within the hour: skipped");
+    let out = skip_run(&lock, "1ms", &prom, &marker);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "the period had passed: the command runs");
+}
+
+/// What cannot decide from one last run is a usage error, as on Linux:
+/// `-s`, `--no-record`, `--slots`, a period of 0.
+#[test]
+fn skip_if_succeeded_within_refusals_on_a_lock_file() {
+    let dir = tmp();
+    let lock = dir.path().join("refused.lock");
+    for extra in [&["-s"][..], &["--no-record"], &["--slots", "2"]] {
+        let mut args = vec!["--skip-if-succeeded-within", "1h"];
+        args.extend_from_slice(extra);
+        let out = output(run_with(&args, &lock, "exit|0"));
+        assert_eq!(out.status.code(), Some(64), "{extra:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--skip-if-succeeded-within cannot be used with"),
+            "{extra:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = output(run_with(
+        &["--skip-if-succeeded-within", "0"],
+        &lock,
+        "exit|0",
+    ));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(!lock.exists(), "a refused run touched the lock file");
+}
+
+/// `--also`: the set is held all or none. A run whose other file is busy
+/// gives 75 naming it and holds none of the set (its LOCKFILE is free at
+/// once); a run that gets the set holds every file while its command
+/// runs, and each file's record names the rest (`also`) and is completed
+/// at the release.
+#[test]
+fn also_holds_the_set_all_or_none() {
+    let dir = tmp();
+    let (a, b) = (dir.path().join("a.lock"), dir.path().join("b.lock"));
+    let b_arg = b.display().to_string();
+    let mut holder = spawn(run_with(&[], &b, "sleep|3000"));
+    wait_held(&b);
+    let out = output(run_with(&["-n", "--also", &b_arg], &a, "exit|0"));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(75), "{said}");
+    assert!(said.contains("b.lock"), "the busy file is named: {said}");
+    assert!(said.contains("holds none of them"), "{said}");
+    assert_eq!(
+        status(run_with(&["-n"], &a, "exit|0")),
+        0,
+        "a set that was not taken left its LOCKFILE held"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let mut set = spawn(run_with(&["--also", &b_arg], &a, "sleep|3000"));
+    wait_held(&a);
+    wait_held(&b);
+    assert_eq!(
+        status(run_with(&["-n"], &b, "exit|0")),
+        75,
+        "b is the set's"
+    );
+    assert_eq!(
+        status(run_with(&["-n"], &a, "exit|0")),
+        75,
+        "a is the set's"
+    );
+    assert!(set.wait().expect("wait").success());
+    for (file, other) in [(&a, &b), (&b, &a)] {
+        let rec: serde_json::Value =
+            serde_json::from_str(fs::read_to_string(file).expect("record").trim()).expect("json");
+        let also = rec["also"].as_array().expect("also in the record");
+        assert_eq!(also.len(), 1, "{rec}");
+        let named = also[0].as_str().unwrap_or_default().to_lowercase();
+        let other_name = other
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_lowercase();
+        assert!(named.ends_with(&other_name), "{rec}");
+        assert_eq!(rec["exit"]["code"], 0, "{rec}");
+        assert!(rec["released_at"].is_string(), "{rec}");
+    }
+    let out = output(run_with(&["--also", &b_arg, "--slots", "2"], &a, "exit|0"));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
 }

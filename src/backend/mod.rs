@@ -9,10 +9,14 @@
 //! generic over the backend, so the file path compiles to what it was.
 
 pub mod etcd;
-// The Unix file lock (flock(2), OFD locks, /proc): lockrun.exe's own file
-// run is src/windows/run.rs for now (LockFileEx on one byte).
+// The Unix file lock (flock(2), OFD locks, /proc).
 #[cfg(unix)]
 pub mod file;
+// The Windows file lock (LockFileEx on one byte past the record), in the
+// same folder: its own module, as the Unix one's files are Unix-only.
+#[cfg(windows)]
+#[path = "file/windows.rs"]
+pub mod file_windows;
 #[cfg(feature = "lock-urls")]
 pub mod lost;
 pub mod postgres;
@@ -43,6 +47,13 @@ pub trait Contender {
     /// call return soon where the backend can (a lock server's cancel
     /// request). A kernel lock needs nothing: the interrupt signal does it.
     fn interrupt(&mut self) {}
+    /// Whether the blocking call returns soon once interrupted, so that
+    /// the wait collects its answer. `false` for a kernel lock call no
+    /// interrupt ends (LockFileEx on Windows): a wait that ends without
+    /// the lock leaves it behind at once, and it ends with lockrun.
+    fn answers_interrupt(&self) -> bool {
+        true
+    }
     /// Lets go of a lock obtained just as a signal ended the wait.
     fn undo(&mut self) {}
     /// Called once the lock is taken: `Ok(false)` when it was taken on

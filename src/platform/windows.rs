@@ -21,8 +21,8 @@ pub mod signals;
 mod threads;
 
 pub use fds::{
-    AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd, duplicate_above_stdio, socket_fds, terminal_columns,
-    wait_for_hang_up,
+    AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd, duplicate_above_stdio, file_fd, socket_fds,
+    terminal_columns, wait_for_hang_up, with_file_of,
 };
 pub use files::{
     NotRead, create_new, file_id, metrics_lock_beside, open_regular, open_without_waiting,
@@ -31,9 +31,9 @@ pub use files::{
 pub use process::{
     BeforeStart, ChildLink, CommandLine, KILL_SIGNAL, STOP_SIGNAL, STOPS_BY_SIGNALS, Target,
     Watchdog, adopt_orphans, before_start, command_for, descendants, die_with_parent,
-    group_kept_with_command, leave_command_group, own_start_time_since,
-    own_start_time_without_allocating, process_start_time, reap, start_command, stop_all,
-    stop_described, wait_reaping_orphans, wait_until_exited, watchdog_pid,
+    group_kept_with_command, last_exit_code, leave_command_group, own_start_time_since,
+    own_start_time_without_allocating, process_start_time, reap, start_command, starting_command,
+    stop_all, stop_described, wait_reaping_orphans, wait_until_exited, watchdog_pid,
 };
 pub use threads::{
     Bell, block_signals_on_this_thread, ignore_broken_pipes, interrupt_helper, spawn_helper,

@@ -18,10 +18,13 @@ pub enum Ending {
 }
 
 impl Ending {
-    /// Ends lockrun as the command ended.
+    /// Ends lockrun as the command ended. A code beyond a byte (only
+    /// Windows has them: 32 bits, an NTSTATUS for a crash) is 255, never
+    /// wrapped into one that could read as success or busy; lockrun.exe
+    /// exits with the whole code (`platform::windows::last_exit_code`).
     pub fn of(status: ExitStatus) -> Ending {
         match (status.code(), crate::platform::exit_signal(status)) {
-            (Some(code), _) => Ending::Status(code as u8),
+            (Some(code), _) => Ending::Status(u8::try_from(code).unwrap_or(u8::MAX)),
             (None, Some(sig)) => Ending::Signal(sig),
             (None, None) => Ending::Status(exit_codes::OS_ERROR),
         }

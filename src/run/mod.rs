@@ -43,7 +43,8 @@ use supervise::{Stopped, Supervisor};
 use wait::{NotAcquired, WaitPolicy};
 
 /// The run form on a lock file, as the command line gives it. Unix-only,
-/// with [`run`]: lockrun.exe's file run is src/windows/run.rs for now.
+/// with [`run`]: lockrun.exe's (src/windows/run.rs) calls [`run_with`]
+/// on the Windows file backend.
 #[cfg(unix)]
 #[derive(Debug, Clone)]
 pub struct RunOptions {

@@ -206,9 +206,14 @@ fn wait(
     if outcome.is_err() {
         contender.interrupt();
     }
-    // Ended, or answered: the helper's own answer, if it gives one in time.
+    // Ended, or answered: the helper's own answer, if it gives one in time
+    // (at once, where no interrupt would make it answer).
+    let bound = match outcome.is_err() && !contender.answers_interrupt() {
+        true => Duration::ZERO,
+        false => HELPER_ANSWER,
+    };
     let answer = helper
-        .finish(HELPER_ANSWER)
+        .finish(bound)
         .pop()
         .map(|(_, answer)| answer.map_err(NotAcquired::Failed));
     match (outcome, answer) {

@@ -24,6 +24,12 @@ pub struct RunOptions {
     pub max_time: Option<(Duration, String)>,
     /// `--metrics-file PATH` (CONTRACT §17): the outcome counted there.
     pub observe: Option<crate::observe::Observers>,
+    /// `--skip-if-succeeded-within`: decided by the one run flow from the
+    /// lock file's last record, as on Linux.
+    pub skip_if_succeeded_within: Option<Duration>,
+    /// `--also LOCKFILE`: more lock files held with `lockfile`, all or
+    /// none.
+    pub also: Vec<PathBuf>,
     /// The command: a program and its arguments, or `-c STRING`.
     pub command: Command,
 }
@@ -83,9 +89,10 @@ Options:
       --slots N              run when fewer than N commands hold the lock
       --max-time DUR         end the command and all it started after DUR (exit 124)
       --ttl DUR              a lock URL's lease (default 10s)
+      --also LOCKFILE        hold this lock file too, all or none (repeatable)
       --metrics-file PATH    count each run's outcome in PATH (Prometheus textfile format)
       --skip-if-succeeded-within DUR
-                             lock URLs: do not run if the last run exited 0 less than DUR ago
+                             do not run if the last run exited 0 less than DUR ago
   -h, --help                 print this help
   -V, --version              print the version
 
@@ -355,6 +362,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
     let mut url_options: Vec<OsString> = Vec::new();
     let url_command = crate::registry::augment_run(clap::Command::new("lockrun"));
     let mut lockfile: Option<PathBuf> = None;
+    let mut also: Vec<PathBuf> = Vec::new();
     let mut command: Vec<OsString> = Vec::new();
     let mut it = args.into_iter().peekable();
     while let Some(arg) = it.next() {
@@ -506,13 +514,7 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             "--fcntl" => return Err(unix_only("--fcntl")),
             "--start" | "--length" => return Err(unix_only("--start/--length")),
             "--poll" => return Err(unix_only("--poll")),
-            // Refused by name rather than as unknown: they exist, and say
-            // why they are not here yet (README, "Windows").
-            "--also" => {
-                return Err(usage(
-                    "--also is not built for Windows yet: the all-or-nothing set of lock files is the Unix file backend's",
-                ));
-            }
+            "--also" => also.push(PathBuf::from(value_os(&mut it, inline.as_deref(), &name)?)),
             "--skip-if-succeeded-within" => {
                 let v = value(&mut it, &name)?;
                 skip_within = Some(duration(&name, &v)?);
@@ -577,6 +579,9 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
         log: None,
     });
     let target = LockTarget::parse(lockfile.clone().into_os_string())?;
+    if let Some(message) = also_refusal(&also, target.is_url(), slots.is_some())? {
+        return Err(usage(message));
+    }
     if target.is_url() {
         let command = match command {
             Command::Argv(argv) => argv,
@@ -639,12 +644,13 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
             option.to_string_lossy()
         )));
     }
-    if skip_within.is_some() {
-        // lockrun.exe's file run has its own flow (src/windows/run.rs),
-        // not the one run flow that decides the skip for a lock URL.
-        return Err(usage(
-            "--skip-if-succeeded-within on a lock file is not built for Windows yet (it works on a lock URL): the Windows file run is not the run flow that decides it",
-        ));
+    // Each slot's file keeps its own record (as on Linux, where the
+    // command line refuses the pair for lock files too).
+    if skip_within.is_some() && slots.is_some_and(|n| n > 1) {
+        return Err(usage(format!(
+            "--skip-if-succeeded-within cannot be used with --slots: {}",
+            crate::backend::NO_ONE_LAST_RUN
+        )));
     }
     Ok(Invocation::Run(RunOptions {
         lockfile,
@@ -657,8 +663,49 @@ fn parse_run(args: Vec<OsString>) -> Result<Invocation, Failure> {
         slots: slots.filter(|&n| n > 1),
         max_time,
         observe,
+        skip_if_succeeded_within: skip_within,
+        also,
         command,
     }))
+}
+
+/// `--also`'s refusals, in Linux's words: the set is of lock files, taken
+/// in one order, which a lock URL or a slot's queue cannot join.
+fn also_refusal(also: &[PathBuf], url: bool, slots: bool) -> Result<Option<&'static str>, Failure> {
+    if also.is_empty() {
+        return Ok(None);
+    }
+    if url {
+        return Ok(Some(
+            "--also cannot be used with a lock URL: a lock service's lock and the kernel's cannot be taken in one order, so all-or-nothing without deadlock cannot be promised; use lock files",
+        ));
+    }
+    if slots {
+        return Ok(Some(
+            "--also cannot be used with --slots: a slot is taken from a queue of its own, which cannot be ordered with other locks; hold the set with plain locks",
+        ));
+    }
+    for other in also {
+        if LockTarget::parse(other.clone().into_os_string())?.is_url() {
+            return Ok(Some(
+                "--also takes lock files, not lock URLs: a lock service's lock and the kernel's cannot be taken in one order, so all-or-nothing without deadlock cannot be promised",
+            ));
+        }
+    }
+    Ok(None)
+}
+
+/// An option's value as given, not necessarily Unicode (a path).
+fn value_os(
+    it: &mut std::iter::Peekable<std::vec::IntoIter<OsString>>,
+    inline: Option<&str>,
+    name: &str,
+) -> Result<OsString, Failure> {
+    if let Some(v) = inline {
+        return Ok(OsString::from(v));
+    }
+    it.next()
+        .ok_or_else(|| usage(format!("{name} needs a value")))
 }
 
 /// After `--max-time` or a lost lock: Linux's grace before SIGKILL. A job

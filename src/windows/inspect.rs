@@ -5,7 +5,7 @@
 //! that writes none: `-s`, `--no-record`, a record another program's data
 //! kept out), the answer is `unknown` (69) unless `check --probe`.
 
-use super::run::open_lock_file;
+use crate::backend::file_windows::open_lock_file;
 use crate::display;
 use crate::exit_codes;
 use crate::identity::Liveness;

@@ -1,12 +1,16 @@
 //! Descriptors under the facade's names (`platform::fds` on Unix). Windows
 //! has handles and sockets instead, and nothing lockrun runs there lends a
-//! descriptor to anyone: no backend on Windows hands the command a lock
-//! descriptor (`Held::child_record_fd`), and there is no watchdog to hold a
-//! connection (`Held::connection_fd`; the job object's kill-on-close does
-//! that job). So these are the names with the Unix signatures, for the
-//! shared run flow and backends to compile unchanged, and every call that
-//! would need a real descriptor answers "cannot" (`None`, `false`), which
-//! the callers already handle: a platform without /proc gives the same.
+//! descriptor to anyone: there is no watchdog to hold a connection
+//! (`Held::connection_fd`; the job object's kill-on-close does that job).
+//! So these are the names with the Unix signatures, for the shared run
+//! flow and backends to compile unchanged, and every call that would need
+//! a real descriptor answers "cannot" (`None`, `false`), which the callers
+//! already handle: a platform without /proc gives the same.
+//!
+//! One exception: a lock file's record handle ([`file_fd`]), which the
+//! run flow hands to the record writer that runs while the command is
+//! still suspended (`Held::child_record_fd`, `record::ChildRecord`), as
+//! the Unix command's process gets its record descriptor before its exec.
 
 use std::marker::PhantomData;
 
@@ -74,6 +78,29 @@ impl AsFd for std::io::Stderr {
         // SAFETY: as for stdout.
         unsafe { BorrowedFd::borrow_raw(2) }
     }
+}
+
+/// A file's handle as a descriptor number, for the run flow to hand to the
+/// record writer ([`with_file_of`] turns it back). A kernel handle fits in
+/// 32 bits: Windows documents that only the lower 32 bits of a handle are
+/// significant, so that 32- and 64-bit processes can share them, and
+/// sign-extending the number gives the handle back.
+pub fn file_fd(file: &std::fs::File) -> BorrowedFd<'_> {
+    use std::os::windows::io::AsRawHandle as _;
+    // SAFETY: borrowed from `file`, which outlives the borrow.
+    unsafe { BorrowedFd::borrow_raw(file.as_raw_handle() as isize as i32) }
+}
+
+/// Runs `with` on the file whose handle [`file_fd`] made `fd` of. The
+/// file is borrowed: never closed here.
+pub fn with_file_of<T>(fd: BorrowedFd<'_>, with: impl FnOnce(&std::fs::File) -> T) -> T {
+    use std::os::windows::io::{FromRawHandle as _, RawHandle};
+    // SAFETY: `fd` borrows an open file's handle (`file_fd`) for its
+    // life; ManuallyDrop never closes it.
+    let file = std::mem::ManuallyDrop::new(unsafe {
+        std::fs::File::from_raw_handle(fd.fd as isize as RawHandle)
+    });
+    with(&file)
 }
 
 /// No duplicate: see the module's documentation.

@@ -18,6 +18,7 @@ use std::io;
 use std::os::windows::io::{AsRawHandle, RawHandle};
 use std::os::windows::process::CommandExt as _;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use windows_sys::Win32::Foundation::HANDLE;
 use windows_sys::Win32::System::Threading::{CREATE_SUSPENDED, INFINITE, WaitForSingleObject};
@@ -176,7 +177,30 @@ pub fn reap(pid: i32) -> io::Result<Option<std::process::ExitStatus>> {
     };
     let status = started.child.wait()?;
     started.job.keep_running_on_close();
+    if let Some(code) = status.code() {
+        LAST_EXIT_CODE.store(i64::from(code), Ordering::SeqCst);
+    }
     Ok(Some(status))
+}
+
+/// The last command's exit code, whole: the run flow's status is a byte
+/// (`run::Ending`), which keeps a Windows code beyond 255 (an NTSTATUS
+/// such as 0xC0000005 for a crash) as 255; lockrun.exe exits with the
+/// code itself, as its own file run always has. `i64::MIN` while none.
+static LAST_EXIT_CODE: AtomicI64 = AtomicI64::new(i64::MIN);
+
+/// The exit code of the command lockrun reaped last, if any.
+pub fn last_exit_code() -> Option<i32> {
+    i32::try_from(LAST_EXIT_CODE.load(Ordering::SeqCst)).ok()
+}
+
+/// The command being started, while it is still suspended (inside
+/// [`start_command`]'s `before_exec`): its pid and creation time, for the
+/// record lockrun writes before it runs (`record::ChildRecord`).
+pub fn starting_command() -> Option<(i32, Option<u64>)> {
+    started()
+        .as_ref()
+        .map(|s| (s.pid, creation_time(s.child.as_raw_handle())))
 }
 
 /// The command and the variables lockrun adds, prepared before the lock
@@ -267,12 +291,21 @@ pub unsafe fn start_command(
     }
     let pid = child.id() as i32;
     *started() = Some(Started { pid, child, job });
-    before_exec();
+    // The broken variant (tests/windows.rs must fail on it): the record
+    // is written only once the command runs.
+    let late = super::broken("record-after-resume");
+    if !late {
+        before_exec();
+    }
     if let Err(e) = resume_process(pid as u32) {
         if let Some(started) = started().take() {
             started.job.terminate(ENDED);
         }
         return Err(e);
+    }
+    if late {
+        std::thread::sleep(Duration::from_millis(300));
+        before_exec();
     }
     Ok(pid)
 }
