@@ -122,6 +122,13 @@ fn helper() {
             fs::write(&counter, format!("{}", n + 1)).expect("write the counter");
             let _ = fs::remove_file(&marker);
         }
+        // Its own arguments, after the six that make it the helper, as
+        // JSON into a file: what lockrun.exe's command line delivered.
+        "args" => {
+            let mine: Vec<String> = std::env::args().skip(6).collect();
+            let json = serde_json::to_string(&mine).expect("JSON of strings");
+            fs::write(arg(1), json).expect("write the arguments");
+        }
         "sleep" => std::thread::sleep(Duration::from_millis(arg(1).parse().unwrap_or(1000))),
         "exit" => std::process::exit(arg(1).parse().unwrap_or(0)),
         "touch" => fs::write(arg(1), b"ran").expect("write the marker"),
@@ -1703,4 +1710,76 @@ fn also_holds_the_set_all_or_none() {
     }
     let out = output(run_with(&["--also", &b_arg, "--slots", "2"], &a, "exit|0"));
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+}
+
+/// Issue 27 item 1: a command line is quoted by the MSVC rules for
+/// CreateProcessW, so every argument reaches the command as it was given:
+/// spaces, quotes, backslashes before a quote and at the end, a tab, and
+/// letters beyond ASCII (UTF-16 on Windows). None starts with `-` or is
+/// empty: the helper is a test binary, whose harness reads its arguments
+/// as test names (`--exact` keeps them from matching any).
+#[test]
+fn arguments_reach_the_command_intact() {
+    let dir = tmp();
+    let lock = dir.path().join("args.lock");
+    let seen = dir.path().join("seen.json");
+    let given = [
+        "two words",
+        "a\"quote",
+        "back\\slash",
+        "ends with a backslash\\",
+        "\\\\\"",
+        "tab\there",
+        "ünïcödé ✓",
+        "%PATH%",
+        "a&b|c<d>e^f",
+    ];
+    let mut c = run_with(&[], &lock, &format!("args|{}", seen.display()));
+    c.args(given);
+    let out = output(c);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let got: Vec<String> =
+        serde_json::from_str(&fs::read_to_string(&seen).expect("the helper wrote its arguments"))
+            .expect("JSON");
+    assert_eq!(got, given, "the arguments the command received");
+    // The record keeps them too, as given.
+    let rec: serde_json::Value =
+        serde_json::from_str(fs::read_to_string(&lock).expect("record").trim()).expect("json");
+    let command: Vec<String> = rec["command"]
+        .as_array()
+        .expect("the record's command")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    assert!(command.ends_with(&given.map(str::to_owned)), "{rec}");
+}
+
+/// Issue 27 item 1: `.cmd` and `.bat` commands run (through cmd.exe, as
+/// std starts them), with their arguments, and their exit code is
+/// lockrun's.
+#[test]
+fn cmd_and_bat_scripts_run_and_their_exit_code_passes_through() {
+    let dir = tmp();
+    let lock = dir.path().join("script.lock");
+    for ext in ["cmd", "bat"] {
+        let script = dir.path().join(format!("job.{ext}"));
+        let marker = dir.path().join(format!("ran-{ext}.txt"));
+        fs::write(
+            &script,
+            format!(
+                "@echo off\r\necho %~1> \"{}\"\r\nexit /b 7\r\n",
+                marker.display()
+            ),
+        )
+        .expect("write the script");
+        let mut c = lockrun();
+        c.arg(&lock).arg("--").arg(&script).arg("first argument");
+        let out = output(c);
+        assert_eq!(out.status.code(), Some(7), "{ext}: {}", stderr(&out));
+        let wrote = fs::read_to_string(&marker).unwrap_or_default();
+        assert_eq!(wrote.trim(), "first argument", "{ext}: what the script saw");
+        let rec: serde_json::Value =
+            serde_json::from_str(fs::read_to_string(&lock).expect("record").trim()).expect("json");
+        assert_eq!(rec["exit"]["code"], 7, "{ext}: {rec}");
+    }
 }
