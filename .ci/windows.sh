@@ -217,7 +217,7 @@ if [ ${#filter[@]} -gt 0 ]; then
 fi
 
 if [ "${1:-}" = --broken ]; then
-  for broken in no-lock record-after-resume no-kill-on-close no-terminate-job; do
+  for broken in no-lock record-after-resume no-kill-on-close no-terminate-job share-delete; do
     step "broken variant LOCKRUN_BROKEN=$broken: the suite must fail"
     if LOCKRUN_BROKEN=$broken cargo test --locked --target "$TARGET" --features "$FEATURES" --test windows 2>&1 |
       grep -E '^test .* FAILED$|^test result'; then :; fi

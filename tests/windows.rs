@@ -294,6 +294,44 @@ fn nonblocking_conflict_is_75_and_names_the_holder() {
     let _ = holder.wait();
 }
 
+/// A held lock file cannot be deleted or replaced by a rename: otherwise
+/// the next lockrun would create a new file of that name and lock it
+/// while the first still holds the old one (two holders at once). Once
+/// every lockrun is gone, it can.
+#[test]
+fn a_held_lock_file_cannot_be_deleted_or_renamed_over() {
+    let dir = tmp();
+    let lock = dir.path().join("kept.lock");
+    let mut holder = spawn(run_with(&[], &lock, "sleep|6000"));
+    wait_held(&lock);
+    let removed = fs::remove_file(&lock);
+    let other = dir.path().join("other.lock");
+    fs::write(&other, b"").expect("another file");
+    let replaced = fs::rename(&other, &lock);
+    let moved = fs::rename(&lock, dir.path().join("moved.lock"));
+    // Whatever happened above, a second run must find the lock busy.
+    let out = output(run_with(&["-n"], &lock, "exit|0"));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "a second run while held (deleted: {}, renamed over: {}, renamed away: {}): {}",
+        removed.is_ok(),
+        replaced.is_ok(),
+        moved.is_ok(),
+        stderr(&out)
+    );
+    assert!(removed.is_err(), "the held lock file was deleted");
+    assert!(
+        replaced.is_err(),
+        "another file was renamed over the held lock file"
+    );
+    assert!(moved.is_err(), "the held lock file was renamed away");
+    // lockrun keeps no handle past its life: a free lock file can go.
+    fs::remove_file(&lock).expect("a free lock file can be deleted");
+}
+
 #[test]
 fn a_timeout_gives_up_after_its_time() {
     let dir = tmp();

@@ -201,7 +201,7 @@ pub fn process_state(pid: i32) -> ProcessState {
 }
 
 /// A deliberately broken build, for showing that tests/windows.rs can fail
-/// (`LOCKRUN_BROKEN=no-lock|record-after-resume|no-kill-on-close|no-terminate-job` at build
+/// (`LOCKRUN_BROKEN=no-lock|record-after-resume|no-kill-on-close|no-terminate-job|share-delete` at build
 /// time; .ci/windows.sh --broken does it). Empty in every real build.
 const BROKEN: &str = match option_env!("LOCKRUN_BROKEN") {
     Some(s) => s,

@@ -26,8 +26,10 @@ use std::io;
 use std::os::windows::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::os::windows::io::AsRawHandle as _;
 use std::path::{Path, PathBuf};
+use windows_sys::Win32::Foundation::ERROR_SHARING_VIOLATION;
 use windows_sys::Win32::Storage::FileSystem::{
     FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_OPEN_REPARSE_POINT,
+    FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
 };
 
 /// An open lock file, checked as Linux checks it: not a reparse point
@@ -68,21 +70,44 @@ pub fn open_lock_file(path: &Path, create: bool) -> Result<LockFile, Failure> {
             ));
         }
     }
+    // Shared for reading and writing, never for deleting (std's default
+    // shares all three): while any lockrun has the file open, holding or
+    // waiting, nobody can delete it or rename anything over it (Windows
+    // refuses with a sharing violation). Otherwise the next lockrun would
+    // create a new file under the same name and lock that, while this one
+    // still holds the old one: two holders at once. Linux answers the
+    // same race after the fact (`confirm`: the path still names the file
+    // we locked); here it cannot happen at all.
+    let share = if crate::platform::windows::broken("share-delete") {
+        FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE
+    } else {
+        FILE_SHARE_READ | FILE_SHARE_WRITE
+    };
     let open = |write: bool| {
         let mut o = OpenOptions::new();
         o.read(true)
             .write(write)
             .create(write && create)
+            .share_mode(share)
             .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT);
         o.open(path)
+    };
+    let cannot_open = |e: &io::Error| {
+        let mut failure = Failure::io(exit_codes::NO_INPUT, "cannot open", path, e);
+        if e.raw_os_error() == Some(ERROR_SHARING_VIOLATION as i32) {
+            failure.message.push_str(
+                " (another program has it open to delete or rename it: let it finish, then run again)",
+            );
+        }
+        failure
     };
     let (file, writable) = match open(true) {
         Ok(f) => (f, true),
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => match open(false) {
             Ok(f) => (f, false),
-            Err(e) => return Err(Failure::io(exit_codes::NO_INPUT, "cannot open", path, &e)),
+            Err(e) => return Err(cannot_open(&e)),
         },
-        Err(e) => return Err(Failure::io(exit_codes::NO_INPUT, "cannot open", path, &e)),
+        Err(e) => return Err(cannot_open(&e)),
     };
     let info = crate::platform::windows::file_information(&file)
         .map_err(|e| Failure::io(exit_codes::OS_ERROR, "cannot look at", path, &e))?;
