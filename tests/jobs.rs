@@ -257,6 +257,46 @@ fn a_timeout_while_one_is_held_leaves_none_held() {
     try_lock_now(&b).success();
 }
 
+/// A member replaced while the set waits for it (another file renamed
+/// over it) is not what the set holds when the command runs: the waiter
+/// lets go of every member and takes the set again, the new file
+/// included, so a run on the new file while the command runs finds it
+/// busy (two holders of B otherwise).
+#[test]
+fn a_member_replaced_while_the_set_waits_is_taken_anew() {
+    let dir = temp_dir();
+    let (a, b, _) = paths(&dir);
+    for p in [&a, &b] {
+        std::fs::write(p, "").unwrap();
+    }
+    let (mut holder, _) = Background::lockrun_holding(&[], &b, "echo ready; read x");
+    let mut cmd = std_lockrun();
+    cmd.args(["-w", "20", "--also"])
+        .arg(&b)
+        .arg(&a)
+        .args(["--", "sh", "-c", "echo ready; read x"]);
+    let mut waiter = Background::spawn_quiet(cmd);
+    wait_for("the set's waiter to wait for B", || kernel_waiters(&b) == 1);
+    let new = dir.path().join("B.new");
+    std::fs::write(&new, "").unwrap();
+    std::fs::rename(&new, &b).unwrap();
+    holder.release();
+    assert!(holder.wait_exit(BOUND).success());
+    waiter.expect_ready();
+    for (name, path) in [("the new B", &b), ("A", &a)] {
+        let out = lockrun().arg("-n").arg(path).arg("true").output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(75),
+            "{name} was free while the set's command ran: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    waiter.release();
+    let status = waiter.wait_exit(BOUND);
+    assert!(status.success(), "{status:?}: {}", waiter.stderr_text());
+}
+
 /// A waiter holds none of the set once it is let go of by a signal.
 #[test]
 fn a_signal_while_waiting_leaves_none_held() {

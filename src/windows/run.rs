@@ -55,7 +55,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, Failure> {
         nonblocking,
     };
     if !opts.also.is_empty() {
-        let set = unopened(LockSet::open(&opening, &opts.also), &flow)?;
+        let set = unopened(LockSet::open(&opening, &opts.also, absolute), &flow)?;
         flow.also = set.also_of_primary();
         return Ok(exit_code(crate::run::run_with(set, &flow)?));
     }
@@ -64,6 +64,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, Failure> {
         None => crate::run::run_with(unopened(FileBackend::open(&opening), &flow)?, &flow),
     }?;
     Ok(exit_code(ending))
+}
+
+/// A lock file's name in the records of an `--also` set.
+fn absolute(path: &std::path::Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
 }
 
 /// The command to start; `-c STRING` is `%COMSPEC% /c STRING`, which the

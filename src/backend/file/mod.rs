@@ -139,6 +139,17 @@ impl FileBackend {
         &self.lock
     }
 
+    /// What `--also` sorts and merges its files by (set.rs): the inode.
+    fn identity(&self) -> Option<(u64, u64)> {
+        Some(self.lock.identity())
+    }
+
+    /// Why the lock call was refused, where that has a status of its own
+    /// (a file system that will not lock a read-only descriptor).
+    fn refused_status(&self) -> Option<u8> {
+        self.refused
+    }
+
     /// CONTRACT §13: a lockrun without --slots on a LOCKFILE used with
     /// --slots N never runs beside the slots' holders, who hold the slot
     /// files and not LOCKFILE. Told by the number of slots that --slots

@@ -1,18 +1,24 @@
 //! `--also`: several lock files held together while the command runs, all
-//! of them or none.
+//! of them or none. One algorithm for every platform: this file is the
+//! Unix file backend's `set` module and, by `#[path]`, the Windows one's
+//! (`backend::file_windows::set`); `super` is that platform's file
+//! backend, whose `FileBackend` gives each file's identity (device and
+//! inode on Unix, volume serial number and file index on Windows).
 //!
 //! # How the set is taken, and why it cannot deadlock
 //!
-//! The files are opened first, and one member is kept per inode (a file
-//! named twice, or through a hard link, is one lock: a second open file
-//! description of an inode this process has locked would wait for itself
-//! for ever). The members are sorted by (device, inode), the one order
-//! every lockrun computes for the same files whatever order they were
-//! named in. They are then taken strictly in that order:
+//! The files are opened first, and one member is kept per file (a file
+//! named twice, or through a hard link, is one lock: a second open of a
+//! file this process has locked would wait for itself for ever). The
+//! members are sorted by the file's identity, the one order every lockrun
+//! computes for the same files whatever order they were named in (a file
+//! whose identity the system will not say sorts after every one that has
+//! one, by its absolute name, so that two lockruns still agree). They are
+//! then taken strictly in that order:
 //!
 //! 1. non-blocking attempts from the first member on, keeping each one
-//!    got, up to the first busy one (the uncontended set costs one
-//!    `flock` per file and nothing else);
+//!    got, up to the first busy one (the uncontended set costs one lock
+//!    call per file and nothing else);
 //! 2. a kernel (blocking) wait on that busy member alone, still holding
 //!    the ones before it; then the same for every member after it.
 //!
@@ -35,14 +41,13 @@
 //! held and the status is the conflict status.
 
 use super::{FileBackend, FileHeld, Opening};
-use crate::backend::{Backend, Blocking, Capabilities, Contender, Held, Inheritors};
+use crate::backend::{Backend, Blocking, Capabilities, Contender, Held};
 use crate::exit_codes::{self, Failure};
-use crate::persona;
-use crate::platform::{AsRawFd, BorrowedFd, RawFd};
+use crate::platform::{AsRawFd as _, BorrowedFd, RawFd};
 use crate::record::{ChildRecord, Record};
 use std::path::{Path, PathBuf};
 
-/// One inode of the set, and which of the names given it stands for.
+/// One file of the set, and which of the names given it stands for.
 struct Member {
     backend: FileBackend,
     /// Indexes into [`LockSet::names`]: more than one for a file named
@@ -50,21 +55,16 @@ struct Member {
     names: Vec<usize>,
 }
 
-impl Member {
-    fn identity(&self) -> (u64, u64) {
-        self.backend.lock().identity()
-    }
-}
-
 pub struct LockSet {
-    /// Sorted by (device, inode), one per inode.
+    /// In the one order, one per file.
     members: Vec<Member>,
     /// How many members, from the first, are held now.
     taken: usize,
     /// The member the last attempt found busy, for the messages.
     busy: usize,
     /// Every lock file as given, the run's LOCKFILE first: `absolute` is
-    /// what records name, `label` what messages show.
+    /// what records name (and where no identity is known, what sorts),
+    /// `label` what messages show.
     names: Vec<Name>,
 }
 
@@ -75,7 +75,7 @@ struct Name {
 
 impl LockSet {
     /// Opens LOCKFILE (`opening.path`) and every `--also` file, as a plain
-    /// run opens its one (the same safety rules, the same `-o`).
+    /// run opens its one (the same refusals, the same options).
     pub fn open(
         opening: &Opening,
         also: &[PathBuf],
@@ -87,15 +87,7 @@ impl LockSet {
             .chain(also.iter().map(PathBuf::as_path))
             .enumerate()
         {
-            let backend = FileBackend::open(&Opening {
-                path,
-                spec: opening.spec,
-                mode: opening.mode,
-                inherit: opening.inherit,
-                verbose: opening.verbose,
-                command: opening.command,
-                waits: opening.waits,
-            })?;
+            let backend = FileBackend::open(&Opening { path, ..*opening })?;
             names.push(Name {
                 absolute: absolute(path).to_string_lossy().into_owned(),
                 label: crate::display::escape(&path.to_string_lossy()),
@@ -115,15 +107,24 @@ impl LockSet {
         Ok(set)
     }
 
-    /// Sorts the members into the one global order and merges those that
-    /// are one inode. Only while nothing is held: a merged member's
-    /// descriptor is closed.
+    /// Sorts the members into the one order and merges those that are one
+    /// file. Only while nothing is held: a merged member's handle is
+    /// closed.
     fn arrange(&mut self) {
-        self.members.sort_by_key(Member::identity);
+        let names = &self.names;
+        let key = |m: &Member| {
+            let id = m.backend.identity();
+            let name = m.names.first().map(|&i| names[i].absolute.clone());
+            (id.is_none(), id, name)
+        };
+        self.members.sort_by_cached_key(key);
         let mut merged: Vec<Member> = Vec::with_capacity(self.members.len());
         for member in self.members.drain(..) {
             match merged.last_mut() {
-                Some(last) if last.identity() == member.identity() => {
+                Some(last)
+                    if last.backend.identity().is_some()
+                        && last.backend.identity() == member.backend.identity() =>
+                {
                     last.names.extend(member.names);
                 }
                 _ => merged.push(member),
@@ -165,6 +166,10 @@ impl LockSet {
         &self.names[first].label
     }
 
+    fn busy_member(&self) -> usize {
+        self.busy.min(self.members.len().saturating_sub(1))
+    }
+
     /// Lets go of every member: the wait ended without the whole set, or
     /// a member was replaced and the order must be worked out again.
     fn let_go(&mut self) {
@@ -189,11 +194,12 @@ impl Contender for LockSet {
 
     /// The helper thread waits for the busy member and then for each one
     /// after it, in order, each a kernel wait on its own duplicate
-    /// descriptor (a lock taken through it is the member's own). The
-    /// interrupt signal ends whichever wait it is in (EINTR); what it had
-    /// taken by then is let go of by the main thread (`undo`, or the
-    /// descriptors' closing on `give_up`), which never learns how far it
-    /// got and need not.
+    /// handle (a lock taken through it is the member's own). On Unix the
+    /// interrupt signal ends whichever wait it is in (EINTR); on Windows
+    /// nothing ends one, and a wait that ends without the set leaves the
+    /// helper behind (`answers_interrupt`). What it had taken by then is
+    /// let go of by the main thread (`undo`, `give_up`), which never
+    /// learns how far it got and need not.
     fn blocking(&mut self) -> Result<Blocking, Failure> {
         let mut waits = Vec::with_capacity(self.members.len() - self.taken);
         for member in &mut self.members[self.taken..] {
@@ -218,13 +224,21 @@ impl Contender for LockSet {
         Some(Ok(()))
     }
 
+    /// As the members' lock call does (they are all one backend's).
+    fn answers_interrupt(&self) -> bool {
+        self.members
+            .first()
+            .is_none_or(|m| m.backend.answers_interrupt())
+    }
+
     fn undo(&mut self) {
         self.let_go();
     }
 
     /// Every member is held (by this thread or the helper). One that was
-    /// replaced or deleted meanwhile has been opened again by its path, a
-    /// new inode with its own place in the order: let go of all of them
+    /// replaced or deleted meanwhile (Unix: Windows refuses both while
+    /// lockrun has the file open) has been opened again by its path, a
+    /// new file with its own place in the order: let go of all of them
     /// and contend again from the start, in the new order.
     fn confirm(&mut self) -> Result<bool, Failure> {
         self.taken = self.members.len();
@@ -244,22 +258,21 @@ impl Contender for LockSet {
     }
 
     fn conflict_holder(&mut self) -> String {
-        let busy = self.busy.min(self.members.len().saturating_sub(1));
+        let busy = self.busy_member();
         self.members[busy].backend.conflict_holder()
     }
 
     fn conflict_held(&mut self) -> String {
-        let busy = self.busy.min(self.members.len().saturating_sub(1));
+        let busy = self.busy_member();
         self.members[busy].backend.conflict_held()
     }
 
     fn busy_label(&self) -> Option<String> {
-        let busy = self.busy.min(self.members.len().saturating_sub(1));
-        Some(self.label_of(busy).to_owned())
+        Some(self.label_of(self.busy_member()).to_owned())
     }
 
     fn none_held_note(&self) -> Option<String> {
-        let busy = self.busy.min(self.members.len().saturating_sub(1));
+        let busy = self.busy_member();
         let others: Vec<&str> = (0..self.members.len())
             .filter(|&m| m != busy)
             .map(|m| self.label_of(m))
@@ -280,14 +293,23 @@ impl Backend for LockSet {
     type Held = SetHeld;
     const CAPS: Capabilities = FileBackend::CAPS;
 
+    /// The member whose lock call was refused says why (a file system's
+    /// refusal has its own status); else the set fails as its backend does.
     fn failure_status(&self) -> u8 {
         self.members
             .iter()
-            .find_map(|m| m.backend.refused)
-            .unwrap_or_else(|| persona::lock_failed(exit_codes::OS_ERROR))
+            .find_map(|m| m.backend.refused_status())
+            .or_else(|| self.members.first().map(|m| m.backend.failure_status()))
+            .unwrap_or(exit_codes::OS_ERROR)
     }
 
-    fn give_up(self) {}
+    /// A wait that ended without the whole set lets go of what it had
+    /// before lockrun says so. Closing the handles is not enough: a
+    /// helper left behind holds duplicates of them (on Windows, kept open
+    /// until lockrun exits).
+    fn give_up(mut self) {
+        self.let_go();
+    }
 
     fn acquired(self, record: Option<&Record>, verbose: bool) -> Result<SetHeld, Failure> {
         let primary = self.primary();
@@ -321,12 +343,10 @@ pub struct SetHeld {
     label: String,
 }
 
-impl SetHeld {
-    fn record_for(record: &Record, also: &[String]) -> Record {
-        Record {
-            also: Some(also.to_vec()),
-            ..record.clone()
-        }
+fn record_for(record: &Record, also: &[String]) -> Record {
+    Record {
+        also: Some(also.to_vec()),
+        ..record.clone()
     }
 }
 
@@ -335,14 +355,16 @@ impl Held for SetHeld {
         Some(self.label.as_str()).filter(|l| !l.is_empty())
     }
 
-    /// LOCKFILE's record: the run's own, written by the command's process.
+    /// LOCKFILE's record: the run's own, written before the command runs
+    /// (by its process before its exec on Unix, while it is suspended on
+    /// Windows).
     fn child_record_fd(&self) -> Option<BorrowedFd<'_>> {
         self.members.get(self.primary)?.0.child_record_fd()
     }
 
-    /// Every other member's record, the run's with its own `also`, also
-    /// written by the command's process before its exec: all of them name
-    /// the command before it runs, as LOCKFILE's does.
+    /// Every other member's record, the run's with its own `also`, written
+    /// at the same moment: all of them name the command before it runs,
+    /// as LOCKFILE's does.
     fn more_child_records(&self, record: &Record) -> Vec<(ChildRecord, RawFd)> {
         self.members
             .iter()
@@ -350,7 +372,7 @@ impl Held for SetHeld {
             .filter(|&(m, _)| m != self.primary)
             .filter_map(|(_, (held, also))| {
                 let fd = held.child_record_fd()?.as_raw_fd();
-                let child = ChildRecord::new(&SetHeld::record_for(record, also), &held.label);
+                let child = ChildRecord::new(&record_for(record, also), &held.label);
                 Some((child, fd))
             })
             .collect()
@@ -362,8 +384,7 @@ impl Held for SetHeld {
     fn store_record(&mut self, record: &Record, released: bool) -> Result<(), String> {
         let mut result = Ok(());
         for (m, (held, also)) in self.members.iter_mut().enumerate() {
-            let outcome = held.store_record(&SetHeld::record_for(record, also), released);
-            match outcome {
+            match held.store_record(&record_for(record, also), released) {
                 Err(e) if m == self.primary => result = Err(e),
                 Err(e) if !e.is_empty() => crate::say!(
                     "lockrun: could not write the holder record to {}: {e} (the lock itself is unaffected)",
@@ -375,10 +396,11 @@ impl Held for SetHeld {
         result
     }
 
-    /// Whatever holds any member through lockrun's descriptors: what
-    /// `--max-time` stops holds the whole set.
-    fn inheritors(&self) -> Option<Inheritors> {
-        let finders: Vec<Inheritors> = self
+    /// Whatever holds any member through lockrun's handles: what
+    /// `--max-time` stops holds the whole set (Unix; on Windows the
+    /// command inherits no handle and the job is what is stopped).
+    fn inheritors(&self) -> Option<crate::backend::Inheritors> {
+        let finders: Vec<crate::backend::Inheritors> = self
             .members
             .iter()
             .filter_map(|(held, _)| held.inheritors())

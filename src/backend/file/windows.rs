@@ -8,7 +8,9 @@
 //! rules. The run itself is the one run flow's (`run::run_with`), as for
 //! every backend; `--slots N` is [`slots`].
 
-#[path = "windows_set.rs"]
+// `--also`: the one set algorithm, the Unix backend's file (its
+// `super` is this module here).
+#[path = "set.rs"]
 pub mod set;
 #[path = "windows_slots.rs"]
 pub mod slots;
@@ -212,6 +214,16 @@ pub struct FileBackend {
 }
 
 impl FileBackend {
+    /// What `--also` sorts and merges its files by (set.rs).
+    fn identity(&self) -> Option<(u32, u64)> {
+        self.lock.identity()
+    }
+
+    /// A refusal of the lock call with a status of its own: none here.
+    fn refused_status(&self) -> Option<u8> {
+        None
+    }
+
     pub fn open(opening: &Opening) -> Result<FileBackend, Failure> {
         Ok(FileBackend {
             lock: open_lock_file(opening.path, true)?,
