@@ -130,6 +130,15 @@ fn helper() {
             fs::write(arg(1), json).expect("write the arguments");
         }
         "sleep" => std::thread::sleep(Duration::from_millis(arg(1).parse().unwrap_or(1000))),
+        // Holds until the test writes FILE (at most MS): a holder whose
+        // checks take longer on a loaded machine must not end midway.
+        "until" => {
+            let (file, bound) = (arg(1), arg(2).parse().unwrap_or(60_000));
+            let start = Instant::now();
+            while !Path::new(&file).exists() && start.elapsed() < Duration::from_millis(bound) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         "exit" => std::process::exit(arg(1).parse().unwrap_or(0)),
         "touch" => fs::write(arg(1), b"ran").expect("write the marker"),
         // The record must name this process before it runs.
@@ -733,7 +742,13 @@ fn url_crowd(service: &Service) {
 /// record in the service has it); `holder` and `check` while held and after.
 fn url_conflict_holder_check(service: &Service) {
     let url = service.url("busy");
-    let holder = spawn(url_run(&[], &url, "sleep|4000"));
+    let dir = tmp();
+    let release = dir.path().join("release");
+    let holder = spawn(url_run(
+        &[],
+        &url,
+        &format!("until|{}|60000", release.display()),
+    ));
     wait_url_held(&url);
     let mut c = lockrun();
     c.args(["-n", &url, "--", "cmd", "/c", "exit 0"]);
@@ -754,6 +769,7 @@ fn url_conflict_holder_check(service: &Service) {
     let report: serde_json::Value =
         serde_json::from_slice(&checked.stdout).expect("check --json is JSON");
     assert_eq!(report["state"], "held", "{report}");
+    fs::write(&release, b"").expect("release the holder");
     let out = holder.wait_with_output().expect("the holder ends");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(check_url(&url), 1, "free once the holder has released");
@@ -1185,7 +1201,9 @@ fn url_with_access(
     env: &[(&str, &str)],
     without: &[Without],
 ) {
-    let mut run = url_run(opts, url, "sleep|5000");
+    let dir = tmp();
+    let release = dir.path().join("release");
+    let mut run = url_run(opts, url, &format!("until|{}|60000", release.display()));
     for (k, v) in env {
         run.env(k, v);
     }
@@ -1236,6 +1254,7 @@ fn url_with_access(
         assert_ne!(code, 0, "check without {lacking} saw the lock: {said}");
         assert_ne!(code, 1, "check without {lacking} said free: {said}");
     }
+    fs::write(&release, b"").expect("release the holder");
     let out = holder.wait_with_output().expect("the holder ends");
     assert!(out.status.success(), "the run: {}", stderr(&out));
     assert_eq!(with(&["check", "-q"]).0, 1, "free after the run");
