@@ -410,7 +410,14 @@ fn the_record_is_complete_before_the_command_runs() {
 fn holder_reads_the_record_while_held_and_after() {
     let dir = tmp();
     let lock = dir.path().join("who.lock");
-    let mut holder = spawn(run_with(&[], &lock, "sleep|3000"));
+    // Held until the test has looked (a file), not for a fixed time that
+    // a loaded machine can outlast before `holder` runs.
+    let release = dir.path().join("release");
+    let mut holder = spawn(run_with(
+        &[],
+        &lock,
+        &format!("until|{}|60000", release.display()),
+    ));
     wait_held(&lock);
     let mut c = lockrun();
     c.args(["holder", "--json"]).arg(&lock);
@@ -424,6 +431,7 @@ fn holder_reads_the_record_while_held_and_after() {
     assert!(held["record"]["pid_start"].as_u64().is_some());
     assert!(held["record"].get("uid").is_none(), "no uid on Windows");
     assert!(held["record"].get("released_at").is_none());
+    fs::write(&release, b"").expect("the release file");
     let st = holder.wait().expect("wait");
     assert!(st.success());
     let mut c = lockrun();
