@@ -1957,15 +1957,12 @@ fn client_certificate() -> Option<(String, String, String)> {
     ))
 }
 
-#[test]
-fn rediss_url_with_a_client_certificate_holder_and_check() {
-    let (Some(s), Some((ca, cert, key))) = (
-        Service::from_env(
-            "Redis wanting a client certificate",
-            "LOCKRUN_WIN_REDIS_MTLS_URL",
-        ),
-        client_certificate(),
-    ) else {
+/// A server that wants a client certificate: the run, `holder` and
+/// `check` with `--cacert --cert --key`; each refused without the
+/// certificate, and the run refused with `refusal` in its message.
+fn client_certificate_case(what: &'static str, var: &str, refusal: &str) {
+    let (Some(s), Some((ca, cert, key))) = (Service::from_env(what, var), client_certificate())
+    else {
         return;
     };
     let url = s.url("mtls");
@@ -1976,34 +1973,24 @@ fn rediss_url_with_a_client_certificate_holder_and_check() {
         &[],
         &[("--cert/--key", vec!["--cacert", &ca], vec![])],
     );
+    refused_run(&["--cacert", &ca], &url, &[], 69, refusal);
+}
+
+#[test]
+fn rediss_url_with_a_client_certificate_holder_and_check() {
     // Redis's TLS alert, as rustls names it.
-    refused_run(&["--cacert", &ca], &url, &[], 69, "CertificateRequired");
+    client_certificate_case(
+        "Redis wanting a client certificate",
+        "LOCKRUN_WIN_REDIS_MTLS_URL",
+        "CertificateRequired",
+    );
 }
 
 #[test]
 fn etcd_https_url_with_a_client_certificate_holder_and_check() {
-    let (Some(s), Some((ca, cert, key))) = (
-        Service::from_env(
-            "etcd wanting a client certificate",
-            "LOCKRUN_WIN_ETCD_MTLS_URL",
-        ),
-        client_certificate(),
-    ) else {
-        return;
-    };
-    let url = s.url("mtls");
-    url_with_access(
-        &url,
-        true,
-        &["--cacert", &ca, "--cert", &cert, "--key", &key],
-        &[],
-        &[("--cert/--key", vec!["--cacert", &ca], vec![])],
-    );
-    refused_run(
-        &["--cacert", &ca],
-        &url,
-        &[],
-        69,
+    client_certificate_case(
+        "etcd wanting a client certificate",
+        "LOCKRUN_WIN_ETCD_MTLS_URL",
         "none was given (--cert/--key)",
     );
 }
